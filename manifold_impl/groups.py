@@ -1,0 +1,397 @@
+"""The group zoo in torch. Mirror of ``reference/groups.py`` (read the math there).
+
+Same classes, names, signatures and coordinate order. Performance notes: ``hat``/``vee`` use
+index scatter/gather instead of the reference's dense basis; ``Torus.exp`` is elementwise and
+``BlockOrthogonal.exp`` exponentiates the b×b blocks only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from manifold_impl.linalg import (
+    dagger, default_atol, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
+    special_polar, sum_zero_basis, to_blocks,
+)
+
+_REAL = (torch.float32, torch.float64)
+_COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+def _check_batch_shape(batch_shape):
+    batch_shape = tuple(batch_shape)
+    if not all(isinstance(s, int) and s >= 0 for s in batch_shape):
+        raise ValueError(f"batch_shape must be a tuple of non-negative ints, got {batch_shape!r}")
+    return batch_shape
+
+
+class Group:
+    """A closed matrix group of n×n matrices (mirror of reference.groups.Group)."""
+
+    name = ""
+    is_complex = False
+    is_compact = True
+
+    def __init__(self, n):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, got {type(n).__name__}")
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        self.n = n
+        self._rows, self._cols = torch.triu_indices(n, n, 1)  # pairs i < j, row-major
+
+    def __repr__(self):
+        return f"{type(self).__name__}(n={self.n})"
+
+    @property
+    def dim(self):
+        """Real dimension of the Lie algebra g."""
+        return self.n * (self.n - 1) // 2
+
+    def element_dtype(self, dtype=None):
+        """torch dtype of group elements for a working precision (default: torch's default)."""
+        real = torch.get_default_dtype() if dtype is None else dtype
+        real = _REAL_OF.get(real, real)
+        if real not in _REAL:
+            raise TypeError(f"dtype must be float32 or float64 (or complex64/128), got {real}")
+        return _COMPLEX_OF[real] if self.is_complex else real
+
+    # ---- the Lie algebra ------------------------------------------------------------------
+    def proj(self, m):
+        raise NotImplementedError
+
+    def hat(self, c):
+        """Skew matrix with c_k/√2 at the k-th pair (i, j) and −c_k/√2 at (j, i)."""
+        a = c.new_zeros(*c.shape[:-1], self.n, self.n)
+        a[..., self._rows, self._cols] = c / math.sqrt(2)
+        return a - a.transpose(-1, -2)
+
+    def vee(self, a):
+        return math.sqrt(2) * a.real[..., self._rows, self._cols]
+
+    def exp(self, a):
+        return expm(a)
+
+    def random_algebra(self, batch_shape=(), *, generator, scale=1.0, dtype=None, device=None):
+        batch_shape = _check_batch_shape(batch_shape)
+        real = _REAL_OF.get(self.element_dtype(dtype), self.element_dtype(dtype))
+        c = scale * torch.randn(batch_shape + (self.dim,), generator=generator, dtype=real, device=device)
+        return self.hat(c).to(self.element_dtype(dtype))
+
+    # ---- the group ------------------------------------------------------------------------
+    def mul(self, x, y):
+        return x @ y
+
+    def inv(self, x):
+        return dagger(x)
+
+    def inner(self, a, b):
+        return frobenius_inner(a, b)
+
+    def identity(self, batch_shape=(), dtype=None, device=None):
+        batch_shape = _check_batch_shape(batch_shape)
+        eye = torch.eye(self.n, dtype=self.element_dtype(dtype), device=device)
+        return eye.expand(*batch_shape, self.n, self.n).clone()
+
+    def random(self, batch_shape=(), *, generator, dtype=None, device=None):
+        batch_shape = _check_batch_shape(batch_shape)
+        return self._haar(batch_shape, generator, self.element_dtype(dtype), device)
+
+    def _haar(self, batch_shape, generator, dtype, device):
+        raise NotImplementedError
+
+    def _randn(self, shape, generator, dtype, device):
+        """Standard normal real or (for complex dtype) complex with E|z|² = 1."""
+        real = _REAL_OF.get(dtype, dtype)
+        if dtype.is_complex:
+            pair = torch.randn(shape + (2,), generator=generator, dtype=real, device=device)
+            return torch.view_as_complex(pair) / math.sqrt(2)
+        return torch.randn(shape, generator=generator, dtype=real, device=device)
+
+    def is_member(self, x, atol=None, explain=False):
+        reason = self._membership_failure(x, atol)
+        return (reason is None, reason) if explain else reason is None
+
+    def _membership_failure(self, x, atol):
+        n = self.n
+        if not isinstance(x, torch.Tensor):
+            return f"expected a torch.Tensor, got {type(x).__name__}"
+        if x.dim() < 2 or tuple(x.shape[-2:]) != (n, n):
+            return f"expected shape [..., {n}, {n}], got {tuple(x.shape)}"
+        if not (x.is_floating_point() or x.is_complex()):
+            return f"expected a floating dtype, got {x.dtype}"
+        if x.is_complex() and not self.is_complex:
+            return f"{self.name}({n}) is a real group but the matrix is complex ({x.dtype})"
+        if not torch.isfinite(x).all():
+            return "the matrix has non-finite entries"
+        x = x.detach()
+        atol = default_atol(_REAL_OF.get(x.dtype, x.dtype), n) if atol is None else atol
+        if self.is_compact and x.numel():
+            eye = torch.eye(n, dtype=x.dtype, device=x.device)
+            err = (dagger(x) @ x - eye).abs().max().item()
+            if err > atol:
+                return f"not unitary: max |x^H x - I| = {err:.3g} > atol = {atol:.3g}"
+        return self._structure_failure(x, atol) if x.numel() else None
+
+    def _structure_failure(self, x, atol):
+        return None
+
+    # ---- the manifold ---------------------------------------------------------------------
+    def proj_tangent(self, x, u):
+        return self.mul(x, self.proj(self.mul(self.inv(x), u)))
+
+    def retr(self, x, u):
+        return self.mul(x, self.exp(self.proj(self.mul(self.inv(x), u))))
+
+    def nearest(self, m):
+        raise NotImplementedError
+
+
+class Orthogonal(Group):
+    """O(n); mirror of reference.groups.Orthogonal."""
+
+    name = "O"
+
+    def proj(self, m):
+        return skew(m.real)
+
+    def _haar(self, batch_shape, generator, dtype, device):
+        return phase_fixed_qr(self._randn(batch_shape + (self.n, self.n), generator, dtype, device))
+
+    def nearest(self, m):
+        return polar(m.real)
+
+
+class SpecialOrthogonal(Orthogonal):
+    """SO(n); mirror of reference.groups.SpecialOrthogonal."""
+
+    name = "SO"
+
+    def _haar(self, batch_shape, generator, dtype, device):
+        q = super()._haar(batch_shape, generator, dtype, device)
+        sign = torch.sign(torch.linalg.det(q))
+        return torch.cat([q[..., :, :1] * sign[..., None, None], q[..., :, 1:]], dim=-1)
+
+    def _structure_failure(self, x, atol):
+        det = torch.linalg.det(x)
+        if (det < 0).any():
+            return f"det(x) = {det.min().item():.3g} < 0: x is in O(n) but not in SO(n)"
+        return None
+
+    def nearest(self, m):
+        return special_polar(m.real)
+
+
+class Unitary(Group):
+    """U(n); mirror of reference.groups.Unitary."""
+
+    name = "U"
+    is_complex = True
+
+    @property
+    def dim(self):
+        return self.n * self.n
+
+    def _diagonal_coordinates(self, a):
+        return torch.diagonal(a, dim1=-2, dim2=-1).imag
+
+    def _diagonal_matrix(self, c):
+        return torch.diag_embed(torch.complex(torch.zeros_like(c), c))
+
+    def hat(self, c):
+        n, p = self.n, self.n * (self.n - 1) // 2
+        diagonal, re, im = c[..., : c.shape[-1] - 2 * p], c[..., -2 * p:][..., :p], c[..., -p:]
+        upper = c.new_zeros(*c.shape[:-1], n, n, dtype=_COMPLEX_OF[c.dtype])
+        upper[..., self._rows, self._cols] = torch.complex(re, im) / math.sqrt(2)
+        return upper - dagger(upper) + self._diagonal_matrix(diagonal)
+
+    def vee(self, a):
+        upper = math.sqrt(2) * a[..., self._rows, self._cols]
+        return torch.cat([self._diagonal_coordinates(a), upper.real, upper.imag], dim=-1)
+
+    def proj(self, m):
+        return skew(m.to(_COMPLEX_OF.get(m.dtype, m.dtype)))
+
+    def _haar(self, batch_shape, generator, dtype, device):
+        return phase_fixed_qr(self._randn(batch_shape + (self.n, self.n), generator, dtype, device))
+
+    def nearest(self, m):
+        return polar(m.to(_COMPLEX_OF.get(m.dtype, m.dtype)))
+
+
+class SpecialUnitary(Unitary):
+    """SU(n); mirror of reference.groups.SpecialUnitary."""
+
+    name = "SU"
+
+    @property
+    def dim(self):
+        return self.n * self.n - 1
+
+    def _helmert(self, like):
+        return sum_zero_basis(self.n, dtype=like.real.dtype, device=like.device)  # [n, n-1]
+
+    def _diagonal_coordinates(self, a):
+        return super()._diagonal_coordinates(a) @ self._helmert(a)
+
+    def _diagonal_matrix(self, c):
+        return super()._diagonal_matrix(c @ self._helmert(c).T)
+
+    def proj(self, m):
+        s = super().proj(m)
+        trace = torch.diagonal(s, dim1=-2, dim2=-1).sum(-1)
+        eye = torch.eye(self.n, dtype=s.dtype, device=s.device)
+        return s - (trace / self.n)[..., None, None] * eye
+
+    def _haar(self, batch_shape, generator, dtype, device):
+        u = super()._haar(batch_shape, generator, dtype, device)
+        return u / (torch.linalg.det(u) ** (1.0 / self.n))[..., None, None]
+
+    def _structure_failure(self, x, atol):
+        err = (torch.linalg.det(x) - 1.0).abs().max().item()
+        if err > atol:
+            return f"det(x) is not 1: max |det(x) - 1| = {err:.3g} > atol = {atol:.3g}"
+        return None
+
+    def nearest(self, m):
+        p = super().nearest(m)
+        return p / (torch.linalg.det(p) ** (1.0 / self.n))[..., None, None]
+
+
+class Torus(Group):
+    """T = diagonal U(n); mirror of reference.groups.Torus."""
+
+    name = "T"
+    is_complex = True
+
+    @property
+    def dim(self):
+        return self.n
+
+    def hat(self, c):
+        return torch.diag_embed(torch.complex(torch.zeros_like(c), c))
+
+    def vee(self, a):
+        return torch.diagonal(a, dim1=-2, dim2=-1).imag
+
+    def proj(self, m):
+        return self.hat(self.vee(m.to(_COMPLEX_OF.get(m.dtype, m.dtype))))
+
+    def exp(self, a):
+        return torch.diag_embed(torch.exp(torch.diagonal(a, dim1=-2, dim2=-1)))
+
+    def _haar(self, batch_shape, generator, dtype, device):
+        real = _REAL_OF[dtype]
+        theta = 2 * math.pi * torch.rand(batch_shape + (self.n,), generator=generator, dtype=real, device=device)
+        return torch.diag_embed(torch.polar(torch.ones_like(theta), theta))
+
+    def _structure_failure(self, x, atol):
+        err = (x - torch.diag_embed(torch.diagonal(x, dim1=-2, dim2=-1))).abs().max().item()
+        if err > atol:
+            return f"not diagonal: max off-diagonal |x_ij| = {err:.3g} > atol = {atol:.3g}"
+        return None
+
+    def nearest(self, m):
+        d = torch.diagonal(m.to(_COMPLEX_OF.get(m.dtype, m.dtype)), dim1=-2, dim2=-1)
+        magnitude = d.abs()
+        phase = torch.where(magnitude > 0, d / torch.where(magnitude > 0, magnitude, 1.0), 1.0)
+        return torch.diag_embed(phase)
+
+
+class BlockOrthogonal(Group):
+    """BO = block-diagonal O(b)^k; mirror of reference.groups.BlockOrthogonal."""
+
+    name = "BO"
+
+    def __init__(self, n, block=2):
+        if isinstance(block, bool) or not isinstance(block, int):
+            raise TypeError(f"block must be an int, got {type(block).__name__}")
+        if block < 1:
+            raise ValueError(f"block must be at least 1, got {block}")
+        if isinstance(n, int) and not isinstance(n, bool) and n % block:
+            raise ValueError(f"BO needs n divisible by the block size: n={n}, block={block}")
+        super().__init__(n)
+        self.block = block
+        rows, cols = torch.triu_indices(block, block, 1)
+        offsets = torch.arange(0, n, block).repeat_interleave(rows.numel())
+        self._rows, self._cols = rows.repeat(n // block) + offsets, cols.repeat(n // block) + offsets
+        self.mask = from_blocks(torch.ones(n // block, block, block))
+
+    def __repr__(self):
+        return f"BlockOrthogonal(n={self.n}, block={self.block})"
+
+    @property
+    def dim(self):
+        return (self.n // self.block) * self.block * (self.block - 1) // 2
+
+    def proj(self, m):
+        return skew(m.real) * self.mask.to(m.real.dtype).to(m.device)
+
+    def exp(self, a):
+        return from_blocks(expm(to_blocks(a, self.block)))
+
+    def _haar(self, batch_shape, generator, dtype, device):
+        k, b = self.n // self.block, self.block
+        return from_blocks(phase_fixed_qr(self._randn(batch_shape + (k, b, b), generator, dtype, device)))
+
+    def _structure_failure(self, x, atol):
+        err = (x * (1 - self.mask.to(x.dtype).to(x.device))).abs().max().item()
+        if err > atol:
+            return f"not block-diagonal: max off-block |x_ij| = {err:.3g} > atol = {atol:.3g}"
+        return None
+
+    def nearest(self, m):
+        return from_blocks(polar(to_blocks(m.real, self.block)))
+
+
+class GeneralLinear(Group):
+    """GL(n), the unconstrained ablation; mirror of reference.groups.GeneralLinear."""
+
+    name = "GL"
+    is_compact = False
+
+    @property
+    def dim(self):
+        return self.n * self.n
+
+    def hat(self, c):
+        return c.unflatten(-1, (self.n, self.n))
+
+    def vee(self, a):
+        return a.real.flatten(-2)
+
+    def proj(self, m):
+        return m.real
+
+    def inv(self, x):
+        return torch.linalg.inv(x)
+
+    def _haar(self, batch_shape, generator, dtype, device):
+        return self._randn(batch_shape + (self.n, self.n), generator, dtype, device) / math.sqrt(self.n)
+
+    def _structure_failure(self, x, atol):
+        s = torch.linalg.svdvals(x)
+        if (s[..., -1] <= atol * s[..., 0].clamp(min=1.0)).any():
+            return f"singular: smallest singular value {s[..., -1].min().item():.3g} <= atol·max(1, σ_max)"
+        return None
+
+    def nearest(self, m):
+        return m.real.clone()
+
+
+GROUPS = {cls.name: cls for cls in
+          (Orthogonal, SpecialOrthogonal, Unitary, SpecialUnitary, Torus, BlockOrthogonal, GeneralLinear)}
+
+
+def get_group(name, n, block=None):
+    """Mirror of reference.groups.get_group."""
+    if name not in GROUPS:
+        raise ValueError(f"unknown group {name!r}; choose one of {sorted(GROUPS)}")
+    if name == "BO":
+        return BlockOrthogonal(n, 2 if block is None else block)
+    if block is not None:
+        raise ValueError(f"block={block} only applies to group 'BO', not {name!r}")
+    return GROUPS[name](n)

@@ -1,0 +1,433 @@
+"""The group zoo: closed subgroups of U(n) (plus GL(n) as the unconstrained ablation).
+
+Elements are n×n matrices ``x: [..., n, n]`` with leading batch axes; Lie-algebra elements
+``a: [..., n, n]`` live in the same space; coordinates ``c: [..., dim]`` are taken in an
+orthonormal basis {B_k} of g for the inner product ``<a, b> = Re tr(a^H b)``:
+
+    hat(c) = Σ_k c_k B_k,        vee(a)_k = <B_k, a>,        vee(hat(c)) = c.
+
+Coordinate order (the torch tree uses the same order):
+    O, SO   pairs i < j row-major, B = (E_ij − E_ji)/√2
+    U       diagonal i·E_kk (k = 0..n-1), then the pairs' real parts (E_ij − E_ji)/√2,
+            then the pairs' imaginary parts i(E_ij + E_ji)/√2
+    SU      as U, with the diagonal replaced by i·diag(h) for the Helmert basis h of Σd = 0
+    T       i·E_kk
+    BO      block by block, within a block as O(b)
+    GL      E_ij row-major
+
+For the compact groups ``inv(x) = x^H`` and the inner product is bi-invariant, so
+``proj_tangent(x, u) = x Π(x^H u)`` is the Riemannian gradient of an ambient gradient u and
+``retr(x, u) = x exp(Π(x^H u))`` is the Riemannian exponential map. GL(n) is not compact and
+not a subgroup of U(n); there ``inv`` is the true inverse and Π the identity.
+
+Mirror: ``manifold_impl/groups.py`` (torch), same classes, names and signatures.
+"""
+
+from __future__ import annotations
+
+import autograd.numpy as anp
+import numpy as np
+
+from reference.linalg import (
+    dagger, default_atol, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
+    special_polar, sum_zero_basis, to_blocks,
+)
+
+
+def _check_device(device):
+    if device not in (None, "cpu"):
+        raise ValueError(f"the NumPy reference runs on the CPU only; got device={device!r}")
+
+
+def _check_batch_shape(batch_shape):
+    batch_shape = tuple(batch_shape)
+    if not all(isinstance(s, (int, np.integer)) and s >= 0 for s in batch_shape):
+        raise ValueError(f"batch_shape must be a tuple of non-negative ints, got {batch_shape!r}")
+    return batch_shape
+
+
+def _unit(n, i, j):
+    e = np.zeros((n, n))
+    e[i, j] = 1.0
+    return e
+
+
+def _skew_pairs(n, offset=0, size=None):
+    """(E_ij − E_ji)/√2 for the pairs i < j of one diagonal block [offset, offset + size)."""
+    size = n if size is None else size
+    rows, cols = np.triu_indices(size, 1)
+    return [(_unit(n, offset + i, offset + j) - _unit(n, offset + j, offset + i)) / np.sqrt(2)
+            for i, j in zip(rows, cols)]
+
+
+def _hermitian_pairs(n):
+    """i(E_ij + E_ji)/√2 for the pairs i < j."""
+    rows, cols = np.triu_indices(n, 1)
+    return [1j * (_unit(n, i, j) + _unit(n, j, i)) / np.sqrt(2) for i, j in zip(rows, cols)]
+
+
+def _stack_basis(matrices, n, complex_):
+    dtype = np.complex128 if complex_ else np.float64
+    if not matrices:
+        return np.zeros((0, n, n), dtype=dtype)
+    return np.stack(matrices).astype(dtype)
+
+
+class Group:
+    """A closed matrix group of n×n matrices; subclasses fix the algebra, sampling and projection.
+
+    Args:
+        n: matrix size, n ≥ 1.
+    """
+
+    name = ""
+    is_complex = False
+    is_compact = True
+
+    def __init__(self, n):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"n must be an int, got {type(n).__name__}")
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        self.n = int(n)
+        self.basis = self._make_basis()  # [dim, n, n], orthonormal for Re tr(a^H b)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(n={self.n})"
+
+    @property
+    def dim(self):
+        """Real dimension of the Lie algebra g."""
+        return self.basis.shape[0]
+
+    def element_dtype(self, dtype=None):
+        """NumPy dtype of group elements for a real working precision ``dtype`` (default float64)."""
+        real = np.dtype(np.float64 if dtype is None else dtype)
+        if real.kind == "c":
+            real = np.dtype(np.finfo(real).dtype)
+        if real not in (np.float32, np.float64):
+            raise TypeError(f"dtype must be float32 or float64 (or complex64/128), got {real}")
+        return np.result_type(real, np.complex64) if self.is_complex else real
+
+    def _make_basis(self):
+        raise NotImplementedError
+
+    # ---- the Lie algebra ------------------------------------------------------------------
+    def proj(self, m):
+        """Orthogonal projection Π of an ambient matrix onto g. ``m: [..., n, n]``."""
+        raise NotImplementedError
+
+    def hat(self, c):
+        """Algebra element Σ_k c_k B_k of coordinates ``c: [..., dim] -> [..., n, n]``."""
+        return anp.tensordot(c, self.basis, axes=([-1], [0]))
+
+    def vee(self, a):
+        """Coordinates <B_k, a> of an algebra element ``a: [..., n, n] -> [..., dim]``."""
+        return anp.real(anp.einsum("kij,...ij->...k", anp.conj(self.basis), a))
+
+    def exp(self, a):
+        """Group exponential of ``a ∈ g``: the matrix exponential, ``[..., n, n]``."""
+        return expm(a)
+
+    def random_algebra(self, batch_shape=(), *, generator, scale=1.0, dtype=None, device=None):
+        """hat(scale · c) with standard normal coordinates c, drawn from ``generator``."""
+        _check_device(device)
+        batch_shape = _check_batch_shape(batch_shape)
+        c = scale * generator.standard_normal(batch_shape + (self.dim,))
+        return self.hat(c).astype(self.element_dtype(dtype))
+
+    # ---- the group ------------------------------------------------------------------------
+    def mul(self, x, y):
+        """Group product ``x y``."""
+        return anp.matmul(x, y)
+
+    def inv(self, x):
+        """``x^H``; the inverse on the compact groups."""
+        return dagger(x)
+
+    def inner(self, a, b):
+        """``Re tr(a^H b)`` over the last two axes ``[..., n, n] -> [...]``."""
+        return frobenius_inner(a, b)
+
+    def identity(self, batch_shape=(), dtype=None, device=None):
+        """Identity matrices ``[*batch_shape, n, n]``."""
+        _check_device(device)
+        batch_shape = _check_batch_shape(batch_shape)
+        eye = np.eye(self.n, dtype=self.element_dtype(dtype))
+        return np.broadcast_to(eye, batch_shape + (self.n, self.n)).copy()
+
+    def random(self, batch_shape=(), *, generator, dtype=None, device=None):
+        """Haar-distributed elements ``[*batch_shape, n, n]`` drawn from ``generator``."""
+        _check_device(device)
+        batch_shape = _check_batch_shape(batch_shape)
+        return self._haar(batch_shape, generator).astype(self.element_dtype(dtype))
+
+    def _haar(self, batch_shape, generator):
+        raise NotImplementedError
+
+    def is_member(self, x, atol=None, explain=False):
+        """Whether ``x`` lies on the group within ``atol`` (default 100·n·eps of its dtype).
+
+        Returns a bool, or ``(ok, reason)`` with a readable reason on failure when ``explain``.
+        """
+        reason = self._membership_failure(np.asarray(x), atol)
+        return (reason is None, reason) if explain else reason is None
+
+    def _membership_failure(self, x, atol):
+        n = self.n
+        if x.ndim < 2 or x.shape[-2:] != (n, n):
+            return f"expected shape [..., {n}, {n}], got {tuple(x.shape)}"
+        if x.dtype.kind not in "fc":
+            return f"expected a floating dtype, got {x.dtype}"
+        if x.dtype.kind == "c" and not self.is_complex:
+            return f"{self.name}({n}) is a real group but the matrix is complex ({x.dtype})"
+        if not np.all(np.isfinite(x)):
+            return "the matrix has non-finite entries"
+        atol = default_atol(x.real.dtype, n) if atol is None else atol
+        if self.is_compact:
+            err = np.max(np.abs(dagger(x) @ x - np.eye(n)), initial=0.0)
+            if err > atol:
+                return f"not unitary: max |x^H x - I| = {err:.3g} > atol = {atol:.3g}"
+        return self._structure_failure(x, atol)
+
+    def _structure_failure(self, x, atol):
+        return None
+
+    # ---- the manifold ---------------------------------------------------------------------
+    def proj_tangent(self, x, u):
+        """Riemannian gradient / tangent projection ``x Π(x^{-1} u)`` of an ambient ``u`` at ``x``."""
+        return self.mul(x, self.proj(self.mul(self.inv(x), u)))
+
+    def retr(self, x, u):
+        """``x exp(Π(x^{-1} u))``: the exponential map of the bi-invariant metric."""
+        return self.mul(x, self.exp(self.proj(self.mul(self.inv(x), u))))
+
+    def nearest(self, m):
+        """Closest group element to an ambient matrix (used to re-project drifted states)."""
+        raise NotImplementedError
+
+
+class Orthogonal(Group):
+    """O(n): real x with x^T x = I; g = real skew-symmetric matrices, Π(m) = (Re m − Re mᵀ)/2."""
+
+    name = "O"
+
+    def _make_basis(self):
+        return _stack_basis(_skew_pairs(self.n), self.n, False)
+
+    def proj(self, m):
+        return skew(anp.real(m))
+
+    def _haar(self, batch_shape, generator):
+        return phase_fixed_qr(generator.standard_normal(batch_shape + (self.n, self.n)))
+
+    def nearest(self, m):
+        return polar(np.real(m))
+
+
+class SpecialOrthogonal(Orthogonal):
+    """SO(n): O(n) with det = +1. Same algebra as O(n)."""
+
+    name = "SO"
+
+    def _haar(self, batch_shape, generator):
+        q = super()._haar(batch_shape, generator)
+        flip = np.linalg.det(q) < 0
+        q[..., :, 0] *= np.where(flip, -1.0, 1.0)[..., None]  # q·diag(-1, 1, ..) maps O⁻ onto SO
+        return q
+
+    def _structure_failure(self, x, atol):
+        det = np.linalg.det(x)
+        if np.any(det < 0):
+            return f"det(x) = {np.min(det):.3g} < 0: x is in O(n) but not in SO(n)"
+        return None
+
+    def nearest(self, m):
+        return special_polar(np.real(m))
+
+
+class Unitary(Group):
+    """U(n): complex x with x^H x = I; g = skew-Hermitian matrices, Π(m) = (m − m^H)/2."""
+
+    name = "U"
+    is_complex = True
+
+    def _make_basis(self):
+        n = self.n
+        diagonal = [1j * _unit(n, k, k) for k in range(n)]
+        return _stack_basis(diagonal + _skew_pairs(n) + _hermitian_pairs(n), n, True)
+
+    def proj(self, m):
+        return skew(m + 0j)
+
+    def _haar(self, batch_shape, generator):
+        shape = batch_shape + (self.n, self.n)
+        g = (generator.standard_normal(shape) + 1j * generator.standard_normal(shape)) / np.sqrt(2)
+        return phase_fixed_qr(g)
+
+    def nearest(self, m):
+        return polar(m + 0j)
+
+
+class SpecialUnitary(Unitary):
+    """SU(n): U(n) with det = 1; g = traceless skew-Hermitian, Π(m) = (m − m^H)/2 − tr(·)/n I."""
+
+    name = "SU"
+
+    def _make_basis(self):
+        n = self.n
+        h = sum_zero_basis(n)
+        diagonal = [1j * np.diag(h[:, k]) for k in range(n - 1)]
+        return _stack_basis(diagonal + _skew_pairs(n) + _hermitian_pairs(n), n, True)
+
+    def proj(self, m):
+        s = skew(m + 0j)
+        trace = anp.trace(s, axis1=-2, axis2=-1)
+        return s - (trace / self.n)[..., None, None] * anp.eye(self.n)
+
+    def _haar(self, batch_shape, generator):
+        u = super()._haar(batch_shape, generator)
+        return u / (np.linalg.det(u) ** (1.0 / self.n))[..., None, None]
+
+    def _structure_failure(self, x, atol):
+        err = np.max(np.abs(np.linalg.det(x) - 1.0), initial=0.0)
+        if err > atol:
+            return f"det(x) is not 1: max |det(x) - 1| = {err:.3g} > atol = {atol:.3g}"
+        return None
+
+    def nearest(self, m):
+        """Polar factor divided by the principal n-th root of its determinant."""
+        p = polar(m + 0j)
+        return p / (np.linalg.det(p) ** (1.0 / self.n))[..., None, None]
+
+
+class Torus(Group):
+    """T: diagonal unitary matrices diag(e^{iθ}); g = i·diag(ℝⁿ), Π(m) = i·Im(diag m)."""
+
+    name = "T"
+    is_complex = True
+
+    def _make_basis(self):
+        return _stack_basis([1j * _unit(self.n, k, k) for k in range(self.n)], self.n, True)
+
+    def _diag(self, d):
+        return d[..., None, :] * anp.eye(self.n)
+
+    def proj(self, m):
+        return self._diag(1j * anp.imag(anp.diagonal(m, axis1=-2, axis2=-1)))
+
+    def exp(self, a):
+        """Closed form: exp(i·diag(θ)) = diag(e^{iθ})."""
+        return self._diag(anp.exp(anp.diagonal(a, axis1=-2, axis2=-1)))
+
+    def _haar(self, batch_shape, generator):
+        theta = generator.uniform(0.0, 2 * np.pi, batch_shape + (self.n,))
+        return self._diag(np.exp(1j * theta))
+
+    def _structure_failure(self, x, atol):
+        err = np.max(np.abs(x - self._diag(np.diagonal(x, axis1=-2, axis2=-1))), initial=0.0)
+        if err > atol:
+            return f"not diagonal: max off-diagonal |x_ij| = {err:.3g} > atol = {atol:.3g}"
+        return None
+
+    def nearest(self, m):
+        d = np.diagonal(np.asarray(m) + 0j, axis1=-2, axis2=-1)
+        magnitude = np.abs(d)
+        phase = np.where(magnitude > 0, d / np.where(magnitude > 0, magnitude, 1.0), 1.0)
+        return self._diag(phase)
+
+
+class BlockOrthogonal(Group):
+    """BO: block-diagonal O(b)^k with n = k·b; g = block-diagonal skew matrices.
+
+    Args:
+        n: matrix size, a multiple of ``block``.
+        block: block size b ≥ 1.
+    """
+
+    name = "BO"
+
+    def __init__(self, n, block=2):
+        if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
+            raise TypeError(f"block must be an int, got {type(block).__name__}")
+        if block < 1:
+            raise ValueError(f"block must be at least 1, got {block}")
+        if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n % block:
+            raise ValueError(f"BO needs n divisible by the block size: n={n}, block={block}")
+        self.block = int(block)
+        super().__init__(n)
+        self.mask = from_blocks(np.ones((self.n // self.block, self.block, self.block)))
+
+    def __repr__(self):
+        return f"BlockOrthogonal(n={self.n}, block={self.block})"
+
+    def _make_basis(self):
+        b = self.block
+        matrices = []
+        for j in range(self.n // b):
+            matrices += _skew_pairs(self.n, offset=j * b, size=b)
+        return _stack_basis(matrices, self.n, False)
+
+    def proj(self, m):
+        return skew(anp.real(m)) * self.mask
+
+    def _haar(self, batch_shape, generator):
+        k, b = self.n // self.block, self.block
+        return from_blocks(phase_fixed_qr(generator.standard_normal(batch_shape + (k, b, b))))
+
+    def _structure_failure(self, x, atol):
+        err = np.max(np.abs(x * (1 - self.mask)), initial=0.0)
+        if err > atol:
+            return f"not block-diagonal: max off-block |x_ij| = {err:.3g} > atol = {atol:.3g}"
+        return None
+
+    def nearest(self, m):
+        return from_blocks(polar(to_blocks(np.real(m), self.block)))
+
+
+class GeneralLinear(Group):
+    """GL(n), the unconstrained ablation: any invertible real matrix; g = all real n×n, Π = Re.
+
+    Not compact, not a subgroup of U(n): ``inv`` is the true inverse, the inner product is not
+    bi-invariant, and ``random`` draws i.i.d. N(0, 1/n) entries (GL has no Haar probability).
+    """
+
+    name = "GL"
+    is_compact = False
+
+    def _make_basis(self):
+        n = self.n
+        return _stack_basis([_unit(n, i, j) for i in range(n) for j in range(n)], n, False)
+
+    def proj(self, m):
+        return anp.real(m)
+
+    def inv(self, x):
+        return anp.linalg.inv(x)
+
+    def _haar(self, batch_shape, generator):
+        return generator.standard_normal(batch_shape + (self.n, self.n)) / np.sqrt(self.n)
+
+    def _structure_failure(self, x, atol):
+        s = np.linalg.svd(x, compute_uv=False)
+        if np.any(s[..., -1] <= atol * np.maximum(1.0, s[..., 0])):
+            return f"singular: smallest singular value {np.min(s[..., -1]):.3g} <= atol·max(1, σ_max)"
+        return None
+
+    def nearest(self, m):
+        return np.array(np.real(m))
+
+
+GROUPS = {cls.name: cls for cls in
+          (Orthogonal, SpecialOrthogonal, Unitary, SpecialUnitary, Torus, BlockOrthogonal, GeneralLinear)}
+
+
+def get_group(name, n, block=None):
+    """The group called ``name`` (one of GROUPS) of n×n matrices; ``block`` only for BO (default 2)."""
+    if name not in GROUPS:
+        raise ValueError(f"unknown group {name!r}; choose one of {sorted(GROUPS)}")
+    if name == "BO":
+        return BlockOrthogonal(n, 2 if block is None else block)
+    if block is not None:
+        raise ValueError(f"block={block} only applies to group 'BO', not {name!r}")
+    return GROUPS[name](n)
