@@ -12,7 +12,7 @@ import math
 import torch
 
 from manifold_impl.linalg import (
-    dagger, default_atol, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
+    dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
     special_polar, sum_zero_basis, to_blocks,
 )
 
@@ -196,7 +196,7 @@ class Unitary(Group):
         return self.n * self.n
 
     def _diagonal_coordinates(self, a):
-        return torch.diagonal(a, dim1=-2, dim2=-1).imag
+        return diagonal(a).imag
 
     def _diagonal_matrix(self, c):
         return torch.diag_embed(torch.complex(torch.zeros_like(c), c))
@@ -242,7 +242,7 @@ class SpecialUnitary(Unitary):
 
     def proj(self, m):
         s = super().proj(m)
-        trace = torch.diagonal(s, dim1=-2, dim2=-1).sum(-1)
+        trace = diagonal(s).sum(-1)
         eye = torch.eye(self.n, dtype=s.dtype, device=s.device)
         return s - (trace / self.n)[..., None, None] * eye
 
@@ -275,13 +275,13 @@ class Torus(Group):
         return torch.diag_embed(torch.complex(torch.zeros_like(c), c))
 
     def vee(self, a):
-        return torch.diagonal(a, dim1=-2, dim2=-1).imag
+        return diagonal(a).imag
 
     def proj(self, m):
         return self.hat(self.vee(m.to(_COMPLEX_OF.get(m.dtype, m.dtype))))
 
     def exp(self, a):
-        return torch.diag_embed(torch.exp(torch.diagonal(a, dim1=-2, dim2=-1)))
+        return torch.diag_embed(torch.exp(diagonal(a)))
 
     def _haar(self, batch_shape, generator, dtype, device):
         real = _REAL_OF[dtype]
@@ -289,13 +289,13 @@ class Torus(Group):
         return torch.diag_embed(torch.polar(torch.ones_like(theta), theta))
 
     def _structure_failure(self, x, atol):
-        err = (x - torch.diag_embed(torch.diagonal(x, dim1=-2, dim2=-1))).abs().max().item()
+        err = (x - torch.diag_embed(diagonal(x))).abs().max().item()
         if err > atol:
             return f"not diagonal: max off-diagonal |x_ij| = {err:.3g} > atol = {atol:.3g}"
         return None
 
     def nearest(self, m):
-        d = torch.diagonal(m.to(_COMPLEX_OF.get(m.dtype, m.dtype)), dim1=-2, dim2=-1)
+        d = diagonal(m.to(_COMPLEX_OF.get(m.dtype, m.dtype)))
         magnitude = d.abs()
         phase = torch.where(magnitude > 0, d / torch.where(magnitude > 0, magnitude, 1.0), 1.0)
         return torch.diag_embed(phase)

@@ -5,7 +5,6 @@ Shapes as in the reference: ``x: [..., n, n]`` with leading batch axes.
 
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -18,6 +17,11 @@ def dagger(x: torch.Tensor) -> torch.Tensor:
 def skew(m: torch.Tensor) -> torch.Tensor:
     """``(m - m^H) / 2``."""
     return 0.5 * (m - dagger(m))
+
+
+def diagonal(a: torch.Tensor) -> torch.Tensor:
+    """Diagonal entries ``[..., n, n] -> [..., n]``."""
+    return torch.diagonal(a, dim1=-2, dim2=-1)
 
 
 def frobenius_inner(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ import autograd.numpy as anp
 import numpy as np
 
 from reference.linalg import (
-    dagger, default_atol, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
+    dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
     special_polar, sum_zero_basis, to_blocks,
 )
 
@@ -282,7 +282,7 @@ class SpecialUnitary(Unitary):
 
     def proj(self, m):
         s = skew(m + 0j)
-        trace = anp.trace(s, axis1=-2, axis2=-1)
+        trace = anp.sum(diagonal(s), axis=-1)
         return s - (trace / self.n)[..., None, None] * anp.eye(self.n)
 
     def _haar(self, batch_shape, generator):
@@ -311,27 +311,28 @@ class Torus(Group):
         return _stack_basis([1j * _unit(self.n, k, k) for k in range(self.n)], self.n, True)
 
     def _diag(self, d):
+        """diag(d): ``[..., n] -> [..., n, n]``."""
         return d[..., None, :] * anp.eye(self.n)
 
     def proj(self, m):
-        return self._diag(1j * anp.imag(anp.diagonal(m, axis1=-2, axis2=-1)))
+        return self._diag(1j * anp.imag(diagonal(m)))
 
     def exp(self, a):
         """Closed form: exp(i·diag(θ)) = diag(e^{iθ})."""
-        return self._diag(anp.exp(anp.diagonal(a, axis1=-2, axis2=-1)))
+        return self._diag(anp.exp(diagonal(a)))
 
     def _haar(self, batch_shape, generator):
         theta = generator.uniform(0.0, 2 * np.pi, batch_shape + (self.n,))
         return self._diag(np.exp(1j * theta))
 
     def _structure_failure(self, x, atol):
-        err = np.max(np.abs(x - self._diag(np.diagonal(x, axis1=-2, axis2=-1))), initial=0.0)
+        err = np.max(np.abs(x - self._diag(diagonal(x))), initial=0.0)
         if err > atol:
             return f"not diagonal: max off-diagonal |x_ij| = {err:.3g} > atol = {atol:.3g}"
         return None
 
     def nearest(self, m):
-        d = np.diagonal(np.asarray(m) + 0j, axis1=-2, axis2=-1)
+        d = diagonal(np.asarray(m) + 0j)
         magnitude = np.abs(d)
         phase = np.where(magnitude > 0, d / np.where(magnitude > 0, magnitude, 1.0), 1.0)
         return self._diag(phase)

@@ -25,6 +25,15 @@ def skew(m):
     return 0.5 * (m - dagger(m))
 
 
+def diagonal(a):
+    """Diagonal entries ``[..., n, n] -> [..., n]``.
+
+    Written as a masked sum because autograd 1.9.1's VJP of ``np.diagonal`` drops imaginary
+    parts and supports only some axis orders.
+    """
+    return anp.sum(a * anp.eye(a.shape[-1]), axis=-1)
+
+
 def frobenius_inner(a, b):
     """``<a, b> = Re tr(a^H b)`` over the last two axes. ``a, b: [..., n, n] -> [...]``."""
     return anp.sum(anp.real(anp.conj(a) * b), axis=(-2, -1))

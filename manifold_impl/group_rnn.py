@@ -1,0 +1,108 @@
+"""Group-state RNN language model in torch; mirror of ``reference/group_rnn.py`` (math there).
+
+Batched over sequences; runs on any device and dtype given at construction. Performance notes:
+the input drive W e_t + b is computed for all t in one matmul before the loop; without the
+recurrent term the exponentials of all steps are one batched call and only the running product
+is sequential.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from manifold_impl.groups import get_group
+from manifold_impl.linalg import realvec
+from manifold_impl.manifolds import check_group_state_dict, group_parameter
+from manifold_impl.mixing import TangentMixing
+from manifold_impl.readouts import READOUTS
+from manifold_impl.validation import check_state, check_tokens
+
+
+class GroupRNNCell(nn.Module):
+    """H_t = H_{t-1} · exp(hat(mix(W e_t + U realvec(H_{t-1}) + b)))."""
+
+    def __init__(self, config, group, device=None, dtype=None):
+        super().__init__()
+        self.config, self.group = config, group
+        factory = {"device": device, "dtype": dtype}
+        self.initial_state = group_parameter(group.identity(dtype=dtype, device=device), group)
+        self.input_map = nn.Linear(config.embedding_dim, group.dim, **factory)
+        self.state_map = (nn.Linear(config.state_features, group.dim, bias=False, **factory)
+                          if config.recurrent else None)
+        self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank, **factory)
+
+    def reset_parameters(self, generator=None):
+        dim, n, features = self.group.dim, self.group.n, self.config.embedding_dim
+        with torch.no_grad():
+            self.initial_state.copy_(self.group.identity(dtype=self.input_map.weight.dtype))
+        nn.init.normal_(self.input_map.weight, std=1.0 / math.sqrt(features * dim), generator=generator)
+        nn.init.zeros_(self.input_map.bias)
+        if self.state_map is not None:
+            nn.init.normal_(self.state_map.weight, std=1.0 / math.sqrt(n * dim), generator=generator)
+        self.mixing.reset_parameters(generator)
+
+    def forward(self, embedded, state, position=0):
+        """``embedded: [B, T, F]``, ``state: [B, n, n]`` -> states ``[B, T, n, n]`` (H_1..H_T)."""
+        group, every = self.group, self.config.reproject_every
+        drive = self.input_map(embedded)  # [B, T, dim], all steps at once
+        if self.state_map is None:
+            steps = group.exp(group.hat(self.mixing(drive)))  # [B, T, n, n], one batched call
+        states = []
+        for t in range(embedded.shape[1]):
+            if self.state_map is None:
+                update = steps[:, t]
+            else:
+                c = drive[:, t] + self.state_map(realvec(state))
+                update = group.exp(group.hat(self.mixing(c)))
+            state = group.mul(state, update)
+            if every is not None and (position + t + 1) % every == 0:
+                fixed = state.detach()
+                state = state + (group.nearest(fixed) - fixed)  # straight-through re-projection
+            states.append(state)
+        return torch.stack(states, dim=1)
+
+
+class GroupRNN(nn.Module):
+    """Group-state RNN LM: embedding -> GroupRNNCell -> readout.
+
+    Args:
+        config: a ``reference.config.GroupRNNConfig``.
+        device, dtype: where and in which real precision to keep the parameters (complex groups
+            hold their group-valued parameters in the matching complex dtype).
+        generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
+    """
+
+    def __init__(self, config, device=None, dtype=None, generator=None):
+        super().__init__()
+        self.config = config
+        self.group = get_group(config.group, config.n, config.block)
+        factory = {"device": device, "dtype": dtype}
+        self.embedding = nn.Embedding(config.vocab_size, config.embedding_dim, **factory)
+        self.cell = GroupRNNCell(config, self.group, **factory)
+        self.readout = READOUTS[config.readout](self.group, config.vocab_size, **factory)
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator=None):
+        """The reference's initial distributions (reference.group_rnn.GroupRNN.param_spec)."""
+        nn.init.normal_(self.embedding.weight, generator=generator)
+        self.cell.reset_parameters(generator)
+        self.readout.reset_parameters(generator)
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """``nn.Module.load_state_dict`` after checking that group-valued entries lie on G."""
+        check_group_state_dict(self, state_dict)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def forward(self, tokens, state=None, position=0):
+        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, states ``[B, T, n, n]``); see the reference."""
+        tokens = check_tokens(tokens, self.config.vocab_size)
+        batch = tokens.shape[0]
+        if state is None:
+            state = self.cell.initial_state.expand(batch, -1, -1)
+        else:
+            check_state(self.group, state, batch)
+        states = self.cell(self.embedding(tokens), state, position)
+        return self.readout(states), states

@@ -1,0 +1,108 @@
+"""geoopt manifolds for every group of the zoo (torch only; no reference twin).
+
+geoopt has no SO(n), no unitary, special unitary or torus manifold. ``GroupManifold`` adapts any
+``manifold_impl.groups.Group`` so that group-valued parameters are ``geoopt.ManifoldParameter``s
+trained by ``geoopt.optim.RiemannianAdam``:
+
+    projx(x)        = nearest(x)
+    proju(x, u)     = egrad2rgrad(x, u) = x Π(x^{-1} u)
+    retr(x, u)      = expmap(x, u) = x exp(Π(x^{-1} u))
+    inner(x, u, v)  = Re tr(u^H v)                      (real, also for complex groups)
+    component_inner = Re(conj(u) ⊙ v)                   (elementwise, real)
+    transp(x, y, v) = y Π(x^{-1} v)                     (left translation of the algebra part)
+
+The reference optimizer (reference/optim.py) writes the same math out.
+"""
+
+from __future__ import annotations
+
+import geoopt
+import torch
+
+from manifold_impl.groups import Group
+
+
+class GroupManifold(geoopt.Manifold):
+    """A ``geoopt.Manifold`` whose points are ``[..., n, n]`` elements of ``group``."""
+
+    ndim = 2
+    reversible = False
+
+    def __init__(self, group: Group):
+        super().__init__()
+        self.group = group
+        self.name = f"Group({group!r})"
+
+    def extra_repr(self):
+        return repr(self.group)
+
+    def _check_shape(self, shape, name):
+        n = self.group.n
+        ok = len(shape) >= 2 and tuple(shape[-2:]) == (n, n)
+        return ok, None if ok else f"'{name}' on {self.name} needs shape [..., {n}, {n}], got {tuple(shape)}"
+
+    def _check_point_on_manifold(self, x, *, atol=1e-5, rtol=1e-5):
+        return self.group.is_member(x, atol=atol, explain=True)
+
+    def _check_vector_on_tangent(self, x, u, *, atol=1e-5, rtol=1e-5):
+        a = self.group.mul(self.group.inv(x), u)
+        err = (a - self.group.proj(a)).abs().max().item()
+        ok = err <= atol
+        return ok, None if ok else f"x^{{-1}} u is {err:.3g} away from the Lie algebra (atol {atol:.3g})"
+
+    def projx(self, x):
+        return self.group.nearest(x)
+
+    def proju(self, x, u):
+        return self.group.proj_tangent(x, u)
+
+    egrad2rgrad = proju
+
+    def retr(self, x, u):
+        return self.group.retr(x, u)
+
+    expmap = retr
+
+    def inner(self, x, u, v=None, *, keepdim=False):
+        v = u if v is None else v
+        value = self.group.inner(u, v)
+        return value[..., None, None] if keepdim else value
+
+    def component_inner(self, x, u, v=None):
+        v = u if v is None else v
+        return (u.conj() * v).real
+
+    def transp(self, x, y, v):
+        return self.group.mul(y, self.group.proj(self.group.mul(self.group.inv(x), v)))
+
+    def random(self, *size, dtype=None, device=None, generator=None, **kwargs):
+        """Haar random points of shape ``size`` = (..., n, n)."""
+        self._assert_check_shape(size, "x")
+        if generator is None:
+            generator = torch.Generator(device=device or "cpu").manual_seed(torch.seed())
+        return geoopt.ManifoldTensor(
+            self.group.random(size[:-2], generator=generator, dtype=dtype, device=device), manifold=self)
+
+    def origin(self, *size, dtype=None, device=None, seed=42):
+        """Identity matrices of shape ``size``."""
+        self._assert_check_shape(size, "x")
+        return geoopt.ManifoldTensor(self.group.identity(size[:-2], dtype=dtype, device=device), manifold=self)
+
+
+def group_parameter(value: torch.Tensor, group: Group) -> geoopt.ManifoldParameter:
+    """A trainable group-valued parameter on ``GroupManifold(group)``."""
+    return geoopt.ManifoldParameter(value, manifold=GroupManifold(group))
+
+
+def check_group_state_dict(module: torch.nn.Module, state_dict, prefix=""):
+    """Raise ValueError if an entry of ``state_dict`` for a group-valued parameter is off its group.
+
+    Run before ``load_state_dict`` copies anything.
+    """
+    for name, param in module.named_parameters():
+        key = prefix + name
+        if isinstance(param, geoopt.ManifoldParameter) and key in state_dict:
+            value = torch.as_tensor(state_dict[key])
+            ok, reason = param.manifold.group.is_member(value, explain=True)
+            if not ok:
+                raise ValueError(f"parameter {key!r} is not on {param.manifold.group!r}: {reason}")

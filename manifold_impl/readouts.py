@@ -1,0 +1,59 @@
+"""Readouts; mirror of ``reference/readouts.py`` (math there).
+
+Performance note: Re tr(H^H P_v) = realvec(H) · realvec(P_v), so the prototype readout is one
+matmul against the flattened prototypes instead of V traces.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from manifold_impl.linalg import realvec
+from manifold_impl.manifolds import group_parameter
+
+
+class LinearReadout(nn.Module):
+    """``states: [..., n, n] -> logits: [..., V]``: R·realvec(H) + c."""
+
+    def __init__(self, group, vocab_size, device=None, dtype=None):
+        super().__init__()
+        self.group, self.vocab_size = group, vocab_size
+        features = group.n * group.n * (2 if group.is_complex else 1)
+        self.weight = nn.Parameter(torch.empty(vocab_size, features, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(vocab_size, device=device, dtype=dtype))
+
+    def reset_parameters(self, generator=None):
+        nn.init.normal_(self.weight, std=1.0 / math.sqrt(self.group.n), generator=generator)
+        nn.init.zeros_(self.bias)
+
+    def forward(self, states):
+        return F.linear(realvec(states), self.weight, self.bias)
+
+
+class PrototypeReadout(nn.Module):
+    """``states: [..., n, n] -> logits: [..., V]``: τ·Re tr(H^H P_v)."""
+
+    def __init__(self, group, vocab_size, device=None, dtype=None):
+        super().__init__()
+        self.group, self.vocab_size = group, vocab_size
+        self.prototypes = group_parameter(group.identity((vocab_size,), dtype=dtype, device=device), group)
+        self.temperature = nn.Parameter(torch.empty((), device=device, dtype=dtype))
+
+    def reset_parameters(self, generator=None):
+        """Haar prototypes (drawn on the CPU from ``generator``, default torch's global one)."""
+        generator = torch.default_generator if generator is None else generator
+        with torch.no_grad():
+            self.prototypes.copy_(self.group.random(
+                (self.vocab_size,), generator=generator, dtype=self.temperature.dtype, device=generator.device))
+            self.temperature.fill_(1.0 / math.sqrt(self.group.n))
+
+    def forward(self, states):
+        similarity = realvec(states) @ realvec(self.prototypes).T  # [..., V]
+        return self.temperature * similarity
+
+
+READOUTS = {"linear": LinearReadout, "prototype": PrototypeReadout}

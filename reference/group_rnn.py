@@ -1,0 +1,121 @@
+"""Group-state RNN language model (SPEC §2), the reference: one plain loop over time.
+
+For tokens x_1..x_T with embeddings e_t = E[x_t] ∈ ℝ^F and a learnable H_0 ∈ G:
+
+    c_t = W e_t + U realvec(H_{t-1}) + b          coordinates of A_t in g, c_t ∈ ℝ^{dim g}
+    c_t ← mix(c_t)                                tangent-space mixing (reference.mixing)
+    H_t = H_{t-1} · exp(hat(c_t))                 stays on G
+    logits_t = readout(H_t)
+
+This is the paper's template A_t = Π(W̃ e_t + Ũ H_{t-1} + b̃) with ambient maps W̃, Ũ, b̃: Π is
+linear and onto g, so Π∘W̃ ranges over all linear maps into g; parametrizing W, U, b straight into
+the coordinates of g gives the same function class without the parameters Π would discard.
+``recurrent=False`` drops the U term (the update is then input-driven). ``reproject_every=k``
+replaces H_t by nearest(H_t) when the global step index t is a multiple of k; the correction is
+of the order of rounding error, and its gradient is taken as the identity (straight-through).
+
+Parameters (keys and shapes = the torch ``state_dict``; m = n², or 2n² for complex groups):
+    embedding.weight        [V, F]
+    cell.initial_state      [n, n]       group-valued H_0 (identity at init)
+    cell.input_map.weight   [dim g, F]   W
+    cell.input_map.bias     [dim g]      b
+    cell.state_map.weight   [dim g, m]   U (recurrent only)
+    cell.mixing.*                        see reference.mixing
+    readout.*                            see reference.readouts
+"""
+
+from __future__ import annotations
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.tracer import getval
+
+from reference.groups import get_group
+from reference.linalg import realvec
+from reference.mixing import TangentMixing
+from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
+from reference.readouts import READOUTS
+from reference.validation import check_state, check_tokens
+
+
+class GroupRNNCell:
+    """H_t = H_{t-1} · exp(hat(mix(W e_t + U realvec(H_{t-1}) + b)))."""
+
+    def __init__(self, config, group):
+        self.config, self.group = config, group
+        self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank)
+
+    def param_spec(self):
+        n, dim, features = self.group.n, self.group.dim, self.config.embedding_dim
+        spec = {
+            "initial_state": ParamSpec((n, n), group=self.group),
+            "input_map.weight": ParamSpec((dim, features), std=1.0 / np.sqrt(features * dim)),
+            "input_map.bias": ParamSpec((dim,), scale=0.1),
+        }
+        if self.config.recurrent:
+            state_features = n * n * (2 if self.group.is_complex else 1)
+            spec["state_map.weight"] = ParamSpec((dim, state_features), std=1.0 / np.sqrt(n * dim))
+        return spec | prefixed("mixing.", self.mixing.param_spec())
+
+    def step(self, params, state, embedded):
+        """One update. ``state: [B, n, n]``, ``embedded: [B, F]`` -> next state ``[B, n, n]``."""
+        c = embedded @ params["input_map.weight"].T + params["input_map.bias"]  # [B, dim]
+        if self.config.recurrent:
+            c = c + realvec(state) @ params["state_map.weight"].T
+        c = self.mixing(sub_params(params, "mixing."), c)
+        return self.group.mul(state, self.group.exp(self.group.hat(c)))
+
+
+class GroupRNN:
+    """Reference group-state RNN LM. Functions of a parameter dict (see the module docstring)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.group = get_group(config.group, config.n, config.block)
+        self.cell = GroupRNNCell(config, self.group)
+        self.readout = READOUTS[config.readout](self.group, config.vocab_size)
+
+    def param_spec(self):
+        """``{key: ParamSpec}`` in state_dict order."""
+        config = self.config
+        return ({"embedding.weight": ParamSpec((config.vocab_size, config.embedding_dim), std=1.0)}
+                | prefixed("cell.", self.cell.param_spec())
+                | prefixed("readout.", self.readout.param_spec()))
+
+    def init_params(self, generator):
+        """Initial parameters from a ``numpy.random.Generator``."""
+        return init_params(self.param_spec(), generator)
+
+    def check_params(self, params):
+        """Raise ValueError unless keys and shapes match and group-valued entries lie on G."""
+        check_params(self.param_spec(), params)
+
+    def forward(self, params, tokens, state=None, position=0):
+        """Run the model over a batch of sequences.
+
+        Args:
+            params: parameter dict (see ``param_spec``).
+            tokens: [B, T] integer ids in [0, V).
+            state: [B, n, n] state before the first token (default: H_0 for every sequence).
+            position: global index of the first token (for ``reproject_every`` when stepping).
+
+        Returns:
+            logits [B, T, V] and states [B, T, n, n] (H_1..H_T).
+        """
+        tokens = check_tokens(tokens, self.config.vocab_size)
+        batch, length = tokens.shape
+        if state is None:
+            state = anp.repeat(params["cell.initial_state"][None], batch, axis=0)  # [B, n, n]
+        else:
+            check_state(self.group, getval(state), batch)
+        embedded = params["embedding.weight"][tokens]  # [B, T, F]
+        cell_params = sub_params(params, "cell.")
+        every = self.config.reproject_every
+        states = []
+        for t in range(length):
+            state = self.cell.step(cell_params, state, embedded[:, t])
+            if every is not None and (position + t + 1) % every == 0:
+                state = state + (self.group.nearest(getval(state)) - getval(state))  # straight-through
+            states.append(state)
+        states = anp.stack(states, axis=1)  # [B, T, n, n]
+        return self.readout(sub_params(params, "readout."), states), states
