@@ -21,6 +21,11 @@ from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_state, check_tokens
 
 
+def drive_scale(group):
+    """Mirror of reference.group_rnn.drive_scale: 1 on compact groups, 0.1 on GL."""
+    return 1.0 if group.is_compact else 0.1
+
+
 class GroupRNNCell(nn.Module):
     """H_t = H_{t-1} · exp(hat(mix(W e_t + U realvec(H_{t-1}) + b)))."""
 
@@ -36,12 +41,13 @@ class GroupRNNCell(nn.Module):
 
     def reset_parameters(self, generator=None):
         dim, n, features = self.group.dim, self.group.n, self.config.embedding_dim
+        drive = drive_scale(self.group)
         with torch.no_grad():
             self.initial_state.copy_(self.group.identity(dtype=self.input_map.weight.dtype))
-        nn.init.normal_(self.input_map.weight, std=1.0 / math.sqrt(features * dim), generator=generator)
+        nn.init.normal_(self.input_map.weight, std=drive / math.sqrt(features * dim), generator=generator)
         nn.init.zeros_(self.input_map.bias)
         if self.state_map is not None:
-            nn.init.normal_(self.state_map.weight, std=1.0 / math.sqrt(n * dim), generator=generator)
+            nn.init.normal_(self.state_map.weight, std=drive / math.sqrt(n * dim), generator=generator)
         self.mixing.reset_parameters(generator)
 
     def forward(self, embedded, state, position=0):

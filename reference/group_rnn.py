@@ -38,6 +38,11 @@ from reference.readouts import READOUTS
 from reference.validation import check_state, check_tokens
 
 
+def drive_scale(group):
+    """Scale of the cell's input and state maps: 1 on compact groups, 0.1 on GL."""
+    return 1.0 if group.is_compact else 0.1
+
+
 class GroupRNNCell:
     """H_t = H_{t-1} · exp(hat(mix(W e_t + U realvec(H_{t-1}) + b)))."""
 
@@ -46,15 +51,21 @@ class GroupRNNCell:
         self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank)
 
     def param_spec(self):
+        """W and U are scaled so that ‖c_t‖ ≈ 1 at init (‖realvec(H)‖² = n on the compact groups).
+
+        GL's state norm is unbounded and U feeds it back into the step, so there the drive is
+        ten times smaller (``drive_scale``): exp(A_t) starts close to the identity.
+        """
         n, dim, features = self.group.n, self.group.dim, self.config.embedding_dim
+        drive = drive_scale(self.group)
         spec = {
             "initial_state": ParamSpec((n, n), group=self.group),
-            "input_map.weight": ParamSpec((dim, features), std=1.0 / np.sqrt(features * dim)),
-            "input_map.bias": ParamSpec((dim,), scale=0.1),
+            "input_map.weight": ParamSpec((dim, features), std=drive / np.sqrt(features * dim)),
+            "input_map.bias": ParamSpec((dim,), scale=0.1 * drive),
         }
         if self.config.recurrent:
             state_features = n * n * (2 if self.group.is_complex else 1)
-            spec["state_map.weight"] = ParamSpec((dim, state_features), std=1.0 / np.sqrt(n * dim))
+            spec["state_map.weight"] = ParamSpec((dim, state_features), std=drive / np.sqrt(n * dim))
         return spec | prefixed("mixing.", self.mixing.param_spec())
 
     def step(self, params, state, embedded):

@@ -1,0 +1,33 @@
+"""Every tolerance of the test suite, stated once.
+
+Parity (SPEC §8) compares torch in ``dtype`` against the float64 reference with relative errors
+max|a − b| / max|b|.
+"""
+
+PARITY = {
+    # torch float64 vs reference float64
+    "float64": {"output": 1e-9, "gradient": 1e-7},
+    # torch float32 vs reference float64
+    "float32": {"output": 1e-4, "gradient": 1e-4},
+}
+
+# Group contract: identities that hold exactly in exact arithmetic, checked in float64 (absolute,
+# on matrices of norm O(1) to O(n)); and the float32 version of the torch tree.
+GROUP_ATOL = {"float64": 1e-12, "float32": 2e-5}
+
+# Membership of states / parameters that a model or optimizer produced, in the working dtype.
+MEMBERSHIP_ATOL = {"float64": 1e-10, "float32": 1e-5}
+
+# Reference autograd gradients vs central finite differences (step FD_STEP), relative.
+FD_STEP = 1e-6
+FD_RTOL = 1e-6
+
+# Norm preservation: max |H_t^H H_t − I| after STABILITY_STEPS steps in float64.
+STABILITY_STEPS = 1000
+STABILITY_ATOL = 1e-11
+
+# Adam's eps in the optimizer-step parity. Adam's first step moves each entry by about
+# lr·g/(|g| + eps): with eps = 1e-8 an entry whose gradient lies below float32's rounding noise
+# flips between ±lr, a property of Adam, not a parity defect. In float32 a larger eps makes the
+# step a smooth function of the gradient (error ≲ lr·δg/eps).
+ADAM_EPS = {"float64": 1e-8, "float32": 1e-2}

@@ -1,0 +1,81 @@
+"""Riemannian optimizer steps on parameter dicts, the same math as ``geoopt.optim``.
+
+Gradients here are *ambient* gradients in torch's convention: for a real loss L and a complex
+entry z = x + iy, G = ∂L/∂x + i ∂L/∂y. autograd returns the conjugate of that for complex
+arrays (pinned by a test); ``ambient_gradients`` converts.
+
+For a group-valued parameter X ∈ G with ambient gradient G_amb (t = step count from 1):
+
+    g   = X Π(X^{-1} (G_amb + λ X))                     Riemannian gradient (λ: weight decay)
+    m  ← β₁ m + (1 − β₁) g                              first moment, a tangent vector at X
+    v  ← β₂ v + (1 − β₂) Re(conj(g) ⊙ g)                elementwise second moment
+    d   = (m / (1 − β₁ᵗ)) / (sqrt(v / (1 − β₂ᵗ)) + ε)
+    X' = X exp(Π(X^{-1} (−lr d)))                       retraction (the exponential map)
+    m  ← X' Π(X^{-1} m)                                 transport of the moment to X'
+
+Euclidean parameters take the same step with Π = identity, retraction X − lr d and no transport
+(Adam with L2 weight decay, as geoopt's RiemannianAdam does for plain tensors).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def ambient_gradients(autograd_grads):
+    """Convert autograd's gradients (conjugated for complex arrays) to ambient gradients."""
+    return {key: np.conj(g) if np.iscomplexobj(g) else g for key, g in autograd_grads.items()}
+
+
+class RiemannianAdam:
+    """Mirror of ``geoopt.optim.RiemannianAdam`` (no amsgrad, no stabilize).
+
+    Args:
+        specs: ``{key: ParamSpec}`` of the model (its ``group`` marks group-valued parameters).
+    """
+
+    def __init__(self, specs, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        self.groups = {key: spec.group for key, spec in specs.items()}
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.first, self.second, self.steps = {}, {}, 0
+
+    def step(self, params, grads):
+        """New parameter dict after one step from ambient ``grads`` (keys without a gradient stay)."""
+        beta1, beta2 = self.betas
+        self.steps += 1
+        correction1, correction2 = 1 - beta1 ** self.steps, 1 - beta2 ** self.steps
+        updated = dict(params)
+        for key, grad in grads.items():
+            point, group = params[key], self.groups[key]
+            g = grad + self.weight_decay * point
+            if group is not None:
+                g = group.proj_tangent(point, g)
+            m = beta1 * self.first.get(key, 0.0) + (1 - beta1) * g
+            v = beta2 * self.second.get(key, 0.0) + (1 - beta2) * np.real(np.conj(g) * g)
+            direction = (m / correction1) / (np.sqrt(v / correction2) + self.eps)
+            if group is None:
+                updated[key] = point - self.lr * direction
+            else:
+                updated[key] = group.retr(point, -self.lr * direction)
+                m = group.mul(updated[key], group.proj(group.mul(group.inv(point), m)))
+            self.first[key], self.second[key] = m, v
+        return updated
+
+
+class RiemannianSGD:
+    """Mirror of ``geoopt.optim.RiemannianSGD`` without momentum: X' = retr(X, −lr·rgrad)."""
+
+    def __init__(self, specs, lr=1e-3, weight_decay=0.0):
+        self.groups = {key: spec.group for key, spec in specs.items()}
+        self.lr, self.weight_decay = lr, weight_decay
+
+    def step(self, params, grads):
+        updated = dict(params)
+        for key, grad in grads.items():
+            point, group = params[key], self.groups[key]
+            g = grad + self.weight_decay * point
+            if group is None:
+                updated[key] = point - self.lr * g
+            else:
+                updated[key] = group.retr(point, -self.lr * group.proj_tangent(point, g))
+        return updated
