@@ -352,6 +352,7 @@ class GeneralLinear(Group):
 
     name = "GL"
     is_compact = False
+    RANDOM_LOG_SPREAD = 0.25
 
     @property
     def dim(self):
@@ -370,7 +371,10 @@ class GeneralLinear(Group):
         return torch.linalg.inv(x)
 
     def _haar(self, batch_shape, generator, dtype, device):
-        return self._randn(batch_shape + (self.n, self.n), generator, dtype, device) / math.sqrt(self.n)
+        shape = batch_shape + (self.n, self.n)
+        left, right = (phase_fixed_qr(self._randn(shape, generator, dtype, device)) for _ in range(2))
+        spread = torch.exp(self.RANDOM_LOG_SPREAD * self._randn(batch_shape + (1, self.n), generator, dtype, device))
+        return (left * spread) @ right
 
     def _structure_failure(self, x, atol):
         s = torch.linalg.svdvals(x)

@@ -389,9 +389,12 @@ class BlockOrthogonal(Group):
 class GeneralLinear(Group):
     """GL(n), the unconstrained ablation: any invertible real matrix; g = all real n×n, Π = Re.
 
-    Not compact, not a subgroup of U(n): ``inv`` is the true inverse, the inner product is not
-    bi-invariant, and ``random`` draws i.i.d. N(0, 1/n) entries (GL has no Haar probability).
+    Not compact, not a subgroup of U(n): ``inv`` is the true inverse and the inner product is
+    not bi-invariant. GL has no Haar probability; ``random`` draws well-conditioned matrices
+    q₁ diag(e^{σ z}) q₂ with Haar q₁, q₂ ∈ O(n), z ~ N(0, I) and σ = RANDOM_LOG_SPREAD.
     """
+
+    RANDOM_LOG_SPREAD = 0.25
 
     name = "GL"
     is_compact = False
@@ -407,7 +410,10 @@ class GeneralLinear(Group):
         return anp.linalg.inv(x)
 
     def _haar(self, batch_shape, generator):
-        return generator.standard_normal(batch_shape + (self.n, self.n)) / np.sqrt(self.n)
+        left, right = (phase_fixed_qr(generator.standard_normal(batch_shape + (self.n, self.n)))
+                       for _ in range(2))
+        spread = np.exp(self.RANDOM_LOG_SPREAD * generator.standard_normal(batch_shape + (1, self.n)))
+        return (left * spread) @ right
 
     def _structure_failure(self, x, atol):
         s = np.linalg.svd(x, compute_uv=False)
