@@ -8,11 +8,10 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
+# xlstm is the mLSTM's test-only oracle; its declared dependencies (CUDA kernels) are not needed.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
-	# test-only oracle for the mLSTM; its declared dependencies (triton, CUDA kernels) are not needed
 	$(PY) -m pip install --quiet --no-deps xlstm==2.0.0
 	touch $(STAMP)
 
