@@ -5,6 +5,7 @@ Shapes as in the reference: ``x: [..., n, n]`` with leading batch axes.
 
 from __future__ import annotations
 
+import math
 
 import torch
 
@@ -37,9 +38,46 @@ def realvec(x: torch.Tensor) -> torch.Tensor:
     return flat
 
 
+# Taylor degree per precision with ‖a / 2^s‖₁ ≤ 1: the remainder is below 1/(m+1)!, under the
+# unit roundoff (float64: 1/19! ≈ 8e-18; float32: 1/11! ≈ 2.5e-8).
+_TAYLOR_DEGREE = {torch.float64: 18, torch.float32: 10}
+
+
 def expm(a: torch.Tensor) -> torch.Tensor:
-    """Matrix exponential (``torch.linalg.matrix_exp``)."""
-    return torch.linalg.matrix_exp(a)
+    """Matrix exponential of ``a: [..., n, n]`` by scaling and squaring a Taylor polynomial.
+
+    Each matrix is scaled by its own 2^-s so that ‖a 2^-s‖₁ ≤ 1, the degree-m Taylor polynomial
+    is evaluated by Paterson–Stockmeyer (about 2√m products), then squared s times.
+    Differentiable by autograd through the products.
+
+    Why not ``torch.linalg.matrix_exp``: in torch 2.13, float64, a batch of shape () or (1,) of
+    norm ≈ 0.04 loses five digits (errors ≈ 1e-11 instead of 1e-16, while batches of two and
+    more are exact); the group contract tests batch shapes () and (1,) against a Taylor oracle.
+    """
+    real = a.real.dtype if a.is_complex() else a.dtype
+    degree = _TAYLOR_DEGREE[real]
+    norm = a.abs().sum(dim=-2).amax(dim=-1)  # ‖a‖₁ per matrix, [...]
+    squarings = torch.ceil(torch.log2(norm.clamp(min=1.0))).to(torch.int64)  # [...]
+    scaled = a * torch.pow(2.0, -squarings.to(real))[..., None, None]
+    result = _taylor(scaled, degree)
+    for j in range(int(squarings.max()) if squarings.numel() else 0):
+        result = torch.where((j < squarings)[..., None, None], result @ result, result)
+    return result
+
+
+def _taylor(a: torch.Tensor, degree: int) -> torch.Tensor:
+    """Σ_{k ≤ degree} a^k / k! by Paterson–Stockmeyer with blocks of q = ⌈√degree⌉ powers."""
+    q = math.ceil(math.sqrt(degree))
+    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device).expand_as(a)
+    powers = [eye, a]  # a^0 .. a^q
+    for _ in range(2, q + 1):
+        powers.append(powers[-1] @ a)
+    coefficients = [1.0 / math.factorial(k) for k in range(degree + 1)]
+    result = None
+    for start in reversed(range(0, degree + 1, q)):  # Horner in a^q over blocks of q coefficients
+        block = sum(coefficients[start + i] * powers[i] for i in range(min(q, degree + 1 - start)))
+        result = block if result is None else block + result @ powers[q]
+    return result
 
 
 def polar(m: torch.Tensor) -> torch.Tensor:

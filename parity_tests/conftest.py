@@ -9,6 +9,9 @@ GROUP_CASES = [(name, n, None) for name in ("O", "SO", "U", "SU", "T", "GL") for
 GROUP_CASES += [("BO", 1, 1), ("BO", 2, 2), ("BO", 4, 2), ("BO", 6, 3)]
 GROUP_CASE_IDS = [f"{name}{n}" + (f"b{block}" if block else "") for name, n, block in GROUP_CASES]
 
+COMPACT_CASES = [case for case in GROUP_CASES if case[0] != "GL"]
+COMPACT_CASE_IDS = [i for case, i in zip(GROUP_CASES, GROUP_CASE_IDS) if case[0] != "GL"]
+
 BATCH_SHAPES = [(), (1,), (3,), (2, 3)]
 BATCH_IDS = ["b()", "b(1,)", "b(3,)", "b(2,3)"]
 
@@ -20,6 +23,11 @@ def backend(request):
 
 @pytest.fixture(params=GROUP_CASES, ids=GROUP_CASE_IDS)
 def group_case(request):
+    return request.param
+
+
+@pytest.fixture(params=COMPACT_CASES, ids=COMPACT_CASE_IDS)
+def compact_case(request):
     return request.param
 
 

@@ -1,0 +1,1 @@
+"""Synthetic sequence tasks (NumPy only, seeded by an explicit ``numpy.random.Generator``)."""
