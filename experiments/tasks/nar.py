@@ -226,7 +226,7 @@ def _require_token_matrix(name, seqs, min_length):
 
 
 def _check_structure(seqs, config):
-    """Raises ``ValueError`` unless every slot is (key, value) or (noise, noise), the last a pair."""
+    """Raises ``ValueError`` unless each slot is (key, value) or (noise, noise), the last a pair."""
     if seqs.shape[1] != config.length:
         raise ValueError(f"seqs must have length {config.length}, got {seqs.shape[1]}")
     if seqs.size and (seqs.min() < 0 or seqs.max() >= config.vocab_size):
@@ -279,7 +279,7 @@ def evaluation_example(seqs, config):
     Raises:
         ValueError: the shape or a token does not fit the config.
     """
-    seqs = _require_token_matrix("seqs", seqs, config.length)
+    seqs = _require_token_matrix("seqs", seqs, 2)
     _check_structure(seqs, config)
     batch, num_slots = seqs.shape[0], config.num_slots
     num_keys = config.num_keys

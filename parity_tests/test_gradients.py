@@ -1,0 +1,127 @@
+"""Gradients: reference autograd vs central finite differences, torch gradcheck, and the pinned
+complex-gradient convention between the two."""
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+import torch
+from torch.func import functional_call
+
+from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
+from manifold_impl.groups import get_group as torch_group
+from manifold_impl.linalg import expm as torch_expm
+from manifold_impl.losses import cross_entropy as torch_cross_entropy
+from parity_tests.harness import to_torch
+from parity_tests.tolerances import FD_RTOL, FD_STEP
+from reference.config import GROUP_NAMES, GroupRNNConfig
+from reference.group_rnn import GroupRNN
+from reference.linalg import expm
+from reference.losses import cross_entropy
+from reference.optim import ambient_gradients
+from reference.params import random_params
+
+
+def test_autograd_complex_gradient_is_the_conjugate_of_torchs():
+    """L(z) = Re Σ c z: torch's gradient is ∂L/∂x + i ∂L/∂y = conj(c); autograd's is c."""
+    c = np.array([1.0 + 2.0j, -0.5 + 0.3j])
+    z = np.array([0.2 - 1.0j, 0.7 + 0.1j])
+    autograd_grad = autograd.grad(lambda v: anp.sum(anp.real(c * v)))(z)
+    zt = torch.tensor(z, requires_grad=True)
+    (torch.tensor(c) * zt).real.sum().backward()
+    np.testing.assert_allclose(autograd_grad, c)
+    np.testing.assert_allclose(zt.grad.numpy(), np.conj(c))
+    np.testing.assert_allclose(ambient_gradients({"z": autograd_grad})["z"], zt.grad.numpy())
+
+
+def central_difference(f, x, direction, step=FD_STEP):
+    return (f(x + step * direction) - f(x - step * direction)) / (2 * step)
+
+
+def directional(autograd_grad, direction):
+    """d/dh f(x + h E) from an autograd gradient (its convention: Re Σ g ⊙ E)."""
+    return float(np.sum(np.real(autograd_grad * direction)))
+
+
+@pytest.mark.parametrize("kind", ["real", "complex"])
+@pytest.mark.parametrize("batch_shape", [(), (2,)], ids=["b()", "b(2,)"])
+@pytest.mark.parametrize("scale", [0.1, 1.0, 4.0], ids=["0.1", "1", "4"])
+def test_reference_expm_vjp_matches_finite_differences(kind, batch_shape, scale):
+    rng = np.random.default_rng(0)
+    shape = batch_shape + (4, 4)
+
+    def draw():
+        m = rng.standard_normal(shape)
+        return m + 1j * rng.standard_normal(shape) if kind == "complex" else m
+
+    a, weights, direction = scale * draw() / 2, draw(), draw()
+    direction /= np.linalg.norm(direction)
+
+    def f(x):
+        return anp.sum(anp.real(weights * expm(x)))
+
+    exact = directional(autograd.grad(f)(a), direction)
+    assert central_difference(f, a, direction) == pytest.approx(exact, rel=FD_RTOL, abs=FD_RTOL)
+
+
+@pytest.mark.parametrize("group", GROUP_NAMES)
+@pytest.mark.parametrize("readout, mixing", [("linear", "none"), ("prototype", "lowrank")])
+def test_reference_model_gradients_match_finite_differences(group, readout, mixing):
+    """Every parameter, one random direction each (reprojection off: its gradient is defined as
+    straight-through, which finite differences of an off-group perturbation do not see)."""
+    config = GroupRNNConfig(vocab_size=7, group=group, n=4, embedding_dim=5, readout=readout,
+                            mixing=mixing, mixing_rank=2 if mixing == "lowrank" else None)
+    model = GroupRNN(config)
+    rng = np.random.default_rng(1)
+    params = random_params(model.param_spec(), rng)
+    tokens = rng.integers(0, 7, size=(2, 5))
+
+    def loss(p):
+        return cross_entropy(model.forward(p, tokens[:, :-1])[0], tokens[:, 1:])
+
+    grads = autograd.grad(loss)(params)
+    for key, value in params.items():
+        direction = rng.standard_normal(np.shape(value))
+        if np.iscomplexobj(value):
+            direction = direction + 1j * rng.standard_normal(np.shape(value))
+        direction /= np.linalg.norm(direction)
+
+        def along(x, key=key):
+            return loss({**params, key: x})
+
+        fd = central_difference(along, value, direction)
+        assert fd == pytest.approx(directional(grads[key], direction), rel=FD_RTOL, abs=FD_RTOL), key
+
+
+@pytest.mark.parametrize("name", GROUP_NAMES)
+def test_torch_group_exp_gradcheck(name):
+    group = torch_group(name, 4)
+    coordinates = torch.randn(2, group.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0),
+                              requires_grad=True)
+    assert torch.autograd.gradcheck(lambda c: group.exp(group.hat(c)), (coordinates,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 6.0])
+def test_torch_expm_gradcheck_on_general_matrices(dtype, scale):
+    a = scale * torch.randn(3, 4, 4, dtype=dtype, generator=torch.Generator().manual_seed(1)) / 2
+    assert torch.autograd.gradcheck(torch_expm, (a.requires_grad_(),))
+
+
+@pytest.mark.parametrize("group", GROUP_NAMES)
+def test_torch_model_gradcheck(group):
+    """gradcheck of the torch loss w.r.t. the group-valued H_0 and the input map, in float64
+    (reprojection off, as in the finite-difference test above)."""
+    config = GroupRNNConfig(vocab_size=7, group=group, n=4, embedding_dim=5, readout="prototype",
+                            mixing="scalar")
+    reference = GroupRNN(config)
+    model = TorchGroupRNN(config, dtype=torch.float64)
+    params = to_torch(random_params(reference.param_spec(), np.random.default_rng(2)), torch.float64, "cpu")
+    tokens = torch.from_numpy(np.random.default_rng(3).integers(0, 7, size=(2, 5)))
+    keys = ["cell.initial_state", "cell.input_map.weight"]
+
+    def loss(*values):
+        logits, _ = functional_call(model, {**params, **dict(zip(keys, values))}, (tokens[:, :-1],))
+        return torch_cross_entropy(logits, tokens[:, 1:])
+
+    assert torch.autograd.gradcheck(loss, tuple(params[k].clone().requires_grad_() for k in keys))

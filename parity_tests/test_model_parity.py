@@ -1,0 +1,115 @@
+"""Model parity (SPEC §8) for the group RNN: reference (float64) vs torch (float64 and float32)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import parity_tests.harness
+from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
+from parity_tests import check
+from parity_tests.harness import group_rnn_parity, to_torch
+from reference.config import GROUP_NAMES, GroupRNNConfig
+from reference.group_rnn import GroupRNN
+from reference.params import init_params
+
+VARIANTS = {
+    "linear": {},
+    "prototype-lowrank-reproject": {"readout": "prototype", "mixing": "lowrank", "mixing_rank": 2,
+                                    "reproject_every": 2},
+    "scalar-nonrecurrent": {"mixing": "scalar", "recurrent": False},
+}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("group", GROUP_NAMES)
+def test_group_rnn_parity(group, variant, dtype):
+    config = GroupRNNConfig(vocab_size=11, group=group, n=4, embedding_dim=6, **VARIANTS[variant])
+    report = group_rnn_parity(config, seed=3, dtype=dtype, batch=2, length=6)
+    assert report["pass"], json.dumps(report, indent=1)
+
+
+@pytest.mark.parametrize("readout", ["linear", "prototype"])
+@pytest.mark.parametrize("mixing", ["none", "scalar", "lowrank"])
+@pytest.mark.parametrize("recurrent", [True, False], ids=["recurrent", "input-driven"])
+@pytest.mark.parametrize("group", GROUP_NAMES)
+def test_state_dict_has_the_reference_keys_shapes_and_dtypes(group, readout, mixing, recurrent):
+    config = GroupRNNConfig(vocab_size=9, group=group, n=4, readout=readout, mixing=mixing, recurrent=recurrent,
+                            mixing_rank=3 if mixing == "lowrank" else None)
+    spec = GroupRNN(config).param_spec()
+    state = TorchGroupRNN(config, dtype=torch.float64).state_dict()
+    assert list(state) == list(spec)
+    for key, tensor in state.items():
+        assert tuple(tensor.shape) == tuple(spec[key].shape), key
+        group_valued = spec[key].group is not None
+        assert tensor.is_complex() == (group_valued and config.is_complex), key
+
+
+@pytest.mark.parametrize("group", GROUP_NAMES)
+def test_torch_initialization_follows_the_reference_distributions(group):
+    """Same init law in both trees: group-valued H_0 = I, biases 0, and matching spreads."""
+    config = GroupRNNConfig(vocab_size=50, group=group, n=6, embedding_dim=40, readout="prototype")
+    reference = GroupRNN(config)
+    expected = init_params(reference.param_spec(), np.random.default_rng(0))
+    actual = TorchGroupRNN(config, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).state_dict()
+    for key, value in expected.items():
+        got = actual[key].numpy()
+        if key in ("cell.initial_state", "readout.prototypes"):
+            assert reference.group.is_member(got), key
+            if key == "cell.initial_state":
+                np.testing.assert_array_equal(got, value)
+        else:
+            spread = np.std(value)  # both samples of one law: compare within 5 standard errors
+            assert np.mean(got) == pytest.approx(np.mean(value), abs=5 * spread * np.sqrt(2 / value.size) + 1e-12), key
+            assert np.std(got) == pytest.approx(spread, rel=5 / np.sqrt(value.size), abs=1e-12), key
+
+
+@pytest.mark.parametrize("group", GROUP_NAMES)
+def test_scalar_mixing_at_init_equals_no_mixing_exactly(group):
+    base = GroupRNNConfig(vocab_size=9, group=group, n=4)
+    tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 9, size=(2, 7)))
+    plain = TorchGroupRNN(base, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for mode, rank in (("scalar", None), ("lowrank", 2)):
+        mixed = TorchGroupRNN(GroupRNNConfig(vocab_size=9, group=group, n=4, mixing=mode, mixing_rank=rank),
+                              dtype=torch.float64)
+        mixed.load_state_dict({**mixed.state_dict(), **plain.state_dict()})
+        with torch.no_grad():
+            torch.testing.assert_close(mixed(tokens)[0], plain(tokens)[0], rtol=0, atol=0)
+
+
+def test_loading_an_off_group_parameter_is_refused():
+    config = GroupRNNConfig(vocab_size=9, group="SO", n=3)
+    model = TorchGroupRNN(config, dtype=torch.float64)
+    reference = GroupRNN(config)
+    params = init_params(reference.param_spec(), np.random.default_rng(0))
+    params["cell.initial_state"] = np.diag([1.0, 1.0, -1.0])  # in O(3), not in SO(3)
+    with pytest.raises(ValueError, match="cell.initial_state.*det"):
+        model.load_state_dict(to_torch(params, torch.float64, "cpu"))
+    with pytest.raises(ValueError, match="cell.initial_state.*det"):
+        reference.check_params(params)
+    params["cell.initial_state"] = 1.01 * np.eye(3)
+    with pytest.raises(ValueError, match="not unitary"):
+        model.load_state_dict(to_torch(params, torch.float64, "cpu"))
+
+
+def test_cli_prints_one_json_object_and_passes():
+    result = subprocess.run(
+        [sys.executable, "-m", "parity_tests.check", "--model", "group_rnn", "--group", "SU", "--n", "3",
+         "--seed", "5", "--dtype", "float32", "--readout", "prototype"],
+        capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["pass"] is True and report["dtype"] == "float32"
+    assert set(report["gradient_errors"]) == set(GroupRNN(GroupRNNConfig(
+        vocab_size=13, group="SU", n=3, embedding_dim=16, readout="prototype")).param_spec())
+
+
+def test_cli_exit_codes(monkeypatch, capsys):
+    assert check.main(["--group", "O", "--n", "1"]) == 2  # 0-dimensional algebra: refused
+    assert "0-dimensional" in json.loads(capsys.readouterr().out)["error"]
+    monkeypatch.setattr(parity_tests.harness, "group_rnn_parity", lambda *a, **k: {"pass": False})
+    assert check.main(["--group", "O", "--n", "3"]) == 1
