@@ -21,6 +21,9 @@ from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_state, check_tokens
 
 
+RECURRENT_GAIN = 0.05  # mirror of reference.group_rnn.RECURRENT_GAIN
+
+
 def drive_scale(group):
     """Mirror of reference.group_rnn.drive_scale: 1 on compact groups, 0.1 on GL."""
     return 1.0 if group.is_compact else 0.1
@@ -47,7 +50,8 @@ class GroupRNNCell(nn.Module):
         nn.init.normal_(self.input_map.weight, std=drive / math.sqrt(features * dim), generator=generator)
         nn.init.zeros_(self.input_map.bias)
         if self.state_map is not None:
-            nn.init.normal_(self.state_map.weight, std=drive / math.sqrt(n * dim), generator=generator)
+            nn.init.normal_(self.state_map.weight, std=RECURRENT_GAIN * drive / math.sqrt(n * dim),
+                            generator=generator)
         self.mixing.reset_parameters(generator)
 
     def forward(self, embedded, state, position=0):

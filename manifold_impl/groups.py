@@ -149,6 +149,11 @@ class Group:
     def nearest(self, m):
         raise NotImplementedError
 
+    def refine(self, x):
+        if not self.is_compact:
+            return x
+        return 0.5 * self.mul(x, 3 * torch.eye(self.n, dtype=x.dtype, device=x.device) - self.mul(self.inv(x), x))
+
 
 class Orthogonal(Group):
     """O(n); mirror of reference.groups.Orthogonal."""

@@ -6,7 +6,9 @@ trained by ``geoopt.optim.RiemannianAdam``:
 
     projx(x)        = nearest(x)
     proju(x, u)     = egrad2rgrad(x, u) = x Π(x^{-1} u)
-    retr(x, u)      = expmap(x, u) = x exp(Π(x^{-1} u))
+    retr(x, u)      = expmap(x, u) = refine(x exp(Π(x^{-1} u)))   (refine: one polar Newton step,
+                                                                   the identity on G; it keeps
+                                                                   float32 drift from accumulating)
     inner(x, u, v)  = Re tr(u^H v)                      (real, also for complex groups)
     component_inner = Re(conj(u) ⊙ v)                   (elementwise, real)
     transp(x, y, v) = y Π(x^{-1} v)                     (left translation of the algebra part)
@@ -59,7 +61,7 @@ class GroupManifold(geoopt.Manifold):
     egrad2rgrad = proju
 
     def retr(self, x, u):
-        return self.group.retr(x, u)
+        return self.group.refine(self.group.retr(x, u))
 
     expmap = retr
 

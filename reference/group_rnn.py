@@ -38,6 +38,9 @@ from reference.readouts import READOUTS
 from reference.validation import check_state, check_tokens
 
 
+RECURRENT_GAIN = 0.05  # initial scale of U relative to W (see GroupRNNCell.param_spec)
+
+
 def drive_scale(group):
     """Scale of the cell's input and state maps: 1 on compact groups, 0.1 on GL."""
     return 1.0 if group.is_compact else 0.1
@@ -51,10 +54,14 @@ class GroupRNNCell:
         self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank)
 
     def param_spec(self):
-        """W and U are scaled so that ‖c_t‖ ≈ 1 at init (‖realvec(H)‖² = n on the compact groups).
+        """W is scaled so that ‖W e_t‖ ≈ 1 at init; U starts RECURRENT_GAIN times smaller.
 
-        GL's state norm is unbounded and U feeds it back into the step, so there the drive is
-        ten times smaller (``drive_scale``): exp(A_t) starts close to the identity.
+        The group product alone is an isometry of the state, but the U term makes the Jacobian
+        ∂H_t/∂H_{t-1} expansive: with U at the scale of W (‖realvec(H)‖² = n on the compact
+        groups) gradients grow about 1e10-fold over 200 steps; at gain 0.05 they stay O(1) over
+        2,000 (test_stability). Parity draws (``scale``) use the full scale to exercise the term.
+        GL's state norm is unbounded and U feeds it back, so there the whole drive is ten times
+        smaller (``drive_scale``): exp(A_t) starts close to the identity.
         """
         n, dim, features = self.group.n, self.group.dim, self.config.embedding_dim
         drive = drive_scale(self.group)
@@ -65,7 +72,8 @@ class GroupRNNCell:
         }
         if self.config.recurrent:
             state_features = n * n * (2 if self.group.is_complex else 1)
-            spec["state_map.weight"] = ParamSpec((dim, state_features), std=drive / np.sqrt(n * dim))
+            full = drive / np.sqrt(n * dim)
+            spec["state_map.weight"] = ParamSpec((dim, state_features), std=RECURRENT_GAIN * full, scale=full)
         return spec | prefixed("mixing.", self.mixing.param_spec())
 
     def step(self, params, state, embedded):

@@ -206,6 +206,14 @@ class Group:
         """Closest group element to an ambient matrix (used to re-project drifted states)."""
         raise NotImplementedError
 
+    def refine(self, x):
+        """One Newton step of the polar iteration, x (3I − x^H x) / 2: the identity on the group,
+        and for x within δ of it (‖x^H x − I‖ = δ) a point within O(δ²). Removes the rounding
+        drift of repeated products in low precision at the cost of two matrix products."""
+        if not self.is_compact:
+            return x
+        return 0.5 * self.mul(x, 3 * anp.eye(self.n) - self.mul(self.inv(x), x))
+
 
 class Orthogonal(Group):
     """O(n): real x with x^T x = I; g = real skew-symmetric matrices, Π(m) = (Re m − Re mᵀ)/2."""

@@ -10,7 +10,8 @@ For a group-valued parameter X ∈ G with ambient gradient G_amb (t = step count
     m  ← β₁ m + (1 − β₁) g                              first moment, a tangent vector at X
     v  ← β₂ v + (1 − β₂) Re(conj(g) ⊙ g)                elementwise second moment
     d   = (m / (1 − β₁ᵗ)) / (sqrt(v / (1 − β₂ᵗ)) + ε)
-    X' = X exp(Π(X^{-1} (−lr d)))                       retraction (the exponential map)
+    X' = refine(X exp(Π(X^{-1} (−lr d))))               retraction (the exponential map, then one
+                                                        polar Newton step: the identity on G)
     m  ← X' Π(X^{-1} m)                                 transport of the moment to X'
 
 Euclidean parameters take the same step with Π = identity, retraction X − lr d and no transport
@@ -56,7 +57,7 @@ class RiemannianAdam:
             if group is None:
                 updated[key] = point - self.lr * direction
             else:
-                updated[key] = group.retr(point, -self.lr * direction)
+                updated[key] = group.refine(group.retr(point, -self.lr * direction))
                 m = group.mul(updated[key], group.proj(group.mul(group.inv(point), m)))
             self.first[key], self.second[key] = m, v
         return updated
@@ -77,5 +78,5 @@ class RiemannianSGD:
             if group is None:
                 updated[key] = point - self.lr * g
             else:
-                updated[key] = group.retr(point, -self.lr * group.proj_tangent(point, g))
+                updated[key] = group.refine(group.retr(point, -self.lr * group.proj_tangent(point, g)))
         return updated
