@@ -1,0 +1,95 @@
+"""Bad input raises a clear ValueError/TypeError naming the problem, before any work."""
+
+import numpy as np
+import pytest
+import torch
+
+from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
+from reference.config import GroupRNNConfig
+from reference.group_rnn import GroupRNN
+
+CONFIG = GroupRNNConfig(vocab_size=10, group="SO", n=3)
+
+BAD_TOKENS = {
+    "too-large": (np.array([[1, 10]]), ValueError, "token id 10 is out of range"),
+    "negative": (np.array([[-1, 2]]), ValueError, "token id -1 is out of range"),
+    "rank-1": (np.array([1, 2]), ValueError, r"shape \[batch, length\]"),
+    "rank-3": (np.zeros((1, 2, 2), dtype=np.int64), ValueError, r"shape \[batch, length\]"),
+    "floats": (np.array([[1.0, 2.0]]), TypeError, "must be integers"),
+    "empty": (np.zeros((1, 0), dtype=np.int64), ValueError, "empty"),
+}
+
+
+class Forbidden:
+    """Stands in for the cell: any call means work started before validation."""
+
+    def __call__(self, *args, **kwargs):
+        raise AssertionError("the cell ran before the input was validated")
+
+    step = __call__
+
+
+@pytest.mark.parametrize("case", list(BAD_TOKENS))
+def test_reference_rejects_bad_tokens_before_any_work(case):
+    tokens, error, message = BAD_TOKENS[case]
+    model = GroupRNN(CONFIG)
+    params = model.init_params(np.random.default_rng(0))
+    model.cell = Forbidden()
+    with pytest.raises(error, match=message):
+        model.forward(params, tokens)
+
+
+@pytest.mark.parametrize("case", list(BAD_TOKENS))
+def test_torch_rejects_bad_tokens_before_any_work(case):
+    tokens, error, message = BAD_TOKENS[case]
+    model = TorchGroupRNN(CONFIG)
+    model.cell.forward = Forbidden()
+    with pytest.raises(error, match=message):
+        model(torch.from_numpy(tokens))
+
+
+def test_torch_rejects_non_tensor_tokens():
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        TorchGroupRNN(CONFIG)([[1, 2]])
+
+
+def test_both_trees_reject_an_initial_state_off_the_group():
+    reflection = np.diag([1.0, 1.0, -1.0])[None]
+    tokens = np.array([[1, 2]])
+    model = GroupRNN(CONFIG)
+    with pytest.raises(ValueError, match="state is not on.*det"):
+        model.forward(model.init_params(np.random.default_rng(0)), tokens, state=reflection)
+    with pytest.raises(ValueError, match="state is not on.*det"):
+        TorchGroupRNN(CONFIG, dtype=torch.float64)(torch.from_numpy(tokens), state=torch.from_numpy(reflection))
+    with pytest.raises(ValueError, match="state must have shape"):
+        TorchGroupRNN(CONFIG)(torch.from_numpy(tokens), state=torch.eye(3))
+
+
+BAD_CONFIGS = {
+    "n-zero": ({"n": 0}, ValueError, "n must be at least 1"),
+    "n-float": ({"n": 2.0}, TypeError, "n must be an int"),
+    "unknown-group": ({"group": "Sp"}, ValueError, "unknown group 'Sp'"),
+    "bo-divisibility": ({"group": "BO", "n": 5}, ValueError, "divisible by the block size"),
+    "bo-block-size": ({"group": "BO", "n": 6, "block": 4}, ValueError, "divisible by the block size"),
+    "block-not-bo": ({"group": "O", "block": 2}, ValueError, "only applies to group 'BO'"),
+    "dim-zero": ({"group": "SU", "n": 1}, ValueError, "0-dimensional Lie algebra"),
+    "vocab": ({"vocab_size": 0}, ValueError, "vocab_size must be at least 1"),
+    "readout": ({"readout": "softmax"}, ValueError, "unknown readout"),
+    "mixing": ({"mixing": "full"}, ValueError, "unknown mixing"),
+    "lowrank-no-rank": ({"mixing": "lowrank"}, ValueError, "needs mixing_rank"),
+    "rank-without-lowrank": ({"mixing_rank": 2}, ValueError, "only applies to mixing='lowrank'"),
+    "reproject-zero": ({"reproject_every": 0}, ValueError, "reproject_every must be at least 1"),
+    "recurrent-not-bool": ({"recurrent": 1}, TypeError, "recurrent must be a bool"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_invalid_configs_are_refused(case):
+    fields, error, message = BAD_CONFIGS[case]
+    with pytest.raises(error, match=message):
+        GroupRNNConfig(**{"vocab_size": 10, **fields})
+
+
+def test_the_config_is_frozen():
+    with pytest.raises(AttributeError):
+        CONFIG.n = 4
