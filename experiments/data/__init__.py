@@ -1,0 +1,1 @@
+"""Datasets as integer token streams."""
