@@ -36,7 +36,7 @@ from torch import nn
 from manifold_impl.validation import check_tokens
 from reference.config import MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR
 
-DEFAULT_CHUNK_SIZE = 64
+_DEFAULT_CHUNK_SIZE = 64
 
 
 class MLSTMState(NamedTuple):
@@ -237,7 +237,8 @@ def _cell_chunk(config, q, k, v, igate, log_fgate, memory, normalizer, stabilize
         read = read_memory(config, memories)  # R(C_t), never written back
         numerator = (q[..., None, :] @ read).squeeze(-2)  # q_tᵀ R(C_t), [B, H, c, P]
         qn = (q * normalizers).sum(-1)
-        new_memory, new_normalizer = memories[:, :, -1], normalizers[:, :, -1]
+        # clone: a view would keep the whole chunk's [B, H, c, P, P] storage alive with the state
+        new_memory, new_normalizer = memories[:, :, -1].clone(), normalizers[:, :, -1].clone()
     denominator = torch.maximum(qn.abs(), torch.exp(-m)) + MLSTM_CELL_EPS
     return numerator / denominator[..., None], new_memory, new_normalizer, m[..., -1]
 
@@ -250,7 +251,7 @@ class MLSTMCell(nn.Module):
         checkpoint: recompute the ``ns``/``polar`` chunks in the backward pass.
     """
 
-    def __init__(self, config, device=None, dtype=None, chunk_size=DEFAULT_CHUNK_SIZE, checkpoint=True):
+    def __init__(self, config, device=None, dtype=None, chunk_size=_DEFAULT_CHUNK_SIZE, checkpoint=True):
         super().__init__()
         self.config, self.chunk_size, self.checkpoint = config, chunk_size, checkpoint
         factory = {"device": device, "dtype": dtype}
@@ -264,7 +265,7 @@ class MLSTMCell(nn.Module):
         nn.init.normal_(self.igate.bias, std=0.1, generator=generator)
         nn.init.zeros_(self.fgate.weight)
         with torch.no_grad():
-            self.fgate.bias.copy_(torch.linspace(3.0, 6.0, self.config.num_heads))
+            self.fgate.bias.copy_(torch.linspace(3.0, 6.0, self.config.num_heads, dtype=self.fgate.bias.dtype))
         self.outnorm.reset_parameters(generator)
 
     def forward(self, q, k, v, state=None):
@@ -301,7 +302,7 @@ class MLSTMCell(nn.Module):
 class MLSTMLayer(nn.Module):
     """xlstm's mLSTMLayer (same submodule and parameter names); mirror of reference.mlstm.MLSTMLayer."""
 
-    def __init__(self, config, device=None, dtype=None, chunk_size=DEFAULT_CHUNK_SIZE, checkpoint=True):
+    def __init__(self, config, device=None, dtype=None, chunk_size=_DEFAULT_CHUNK_SIZE, checkpoint=True):
         super().__init__()
         self.config = config
         factory = {"device": device, "dtype": dtype}
@@ -347,7 +348,7 @@ class MLSTM(nn.Module):
         checkpoint: recompute the ``ns``/``polar`` chunks in the backward pass (saves memory).
     """
 
-    def __init__(self, config, device=None, dtype=None, generator=None, chunk_size=DEFAULT_CHUNK_SIZE,
+    def __init__(self, config, device=None, dtype=None, generator=None, chunk_size=_DEFAULT_CHUNK_SIZE,
                  checkpoint=True):
         super().__init__()
         self.config = config
@@ -378,6 +379,3 @@ class MLSTM(nn.Module):
         update, state = self.layer(self.norm(embedded), state)
         return self.head(self.post_norm(embedded + update)), state
 
-
-class AdamW(torch.optim.AdamW):
-    """``torch.optim.AdamW`` under the reference's name (reference.mlstm.AdamW writes its math out)."""

@@ -1,6 +1,8 @@
-"""Riemannian optimizers: geoopt's own, which train the ``GroupManifold`` parameters of every
-group. The reference (``reference/optim.py``) writes their math out for step parity."""
+"""Optimizers: geoopt's Riemannian ones, which train the ``GroupManifold`` parameters of every
+group, and torch's AdamW for Euclidean models. ``reference/optim.py`` writes their math out for
+step parity."""
 
 from geoopt.optim import RiemannianAdam, RiemannianSGD
+from torch.optim import AdamW
 
-__all__ = ["RiemannianAdam", "RiemannianSGD"]
+__all__ = ["AdamW", "RiemannianAdam", "RiemannianSGD"]

@@ -7,6 +7,7 @@ A config is a frozen dataclass validated in ``__post_init__``: a bad value raise
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 GROUP_NAMES = ("O", "SO", "U", "SU", "T", "BO", "GL")
@@ -112,3 +113,86 @@ class GroupRNNConfig:
     def state_features(self):
         """len(realvec(H)): n² real numbers, 2n² for the complex groups."""
         return self.n * self.n * (2 if self.is_complex else 1)
+
+
+# --- mLSTM (SPEC §5) ---------------------------------------------------------------------------
+
+MLSTM_READS = ("plain", "ns", "polar")
+# Newton–Schulz coefficients (a, b, c) of X ← a X + b (X Xᵀ) X + c (X Xᵀ)² X.
+NS_COEFFICIENTS = {"cubic": (1.5, -0.5, 0.0), "quintic": (3.4445, -4.7750, 2.0315)}
+MLSTM_NORM_EPS = 1e-5      # LayerNorm / per-head GroupNorm (xlstm's default)
+MLSTM_CELL_EPS = 1e-6      # added to the read's normalizer max(|qᵀn|, exp(−m))
+NS_NORM_FLOOR = 1e-6       # X_0 = C / max(‖C‖_F, NS_NORM_FLOOR)
+
+
+@dataclass(frozen=True)
+class MLSTMConfig:
+    """mLSTM language model with an optionally orthogonalized read (SPEC §5).
+
+    The defaults are the SPEC's layer (width 94, 4 heads, inner width 192, head dim 48). The
+    inner width is ``proj_factor · embedding_dim`` rounded up to a multiple of
+    ``round_proj_up_to_multiple_of``, as in ``xlstm``'s ``mLSTMLayerConfig``.
+
+    Attributes:
+        vocab_size: number of token ids V; inputs must lie in [0, V).
+        embedding_dim: model width d.
+        num_heads: heads of the mLSTM cell; must divide the inner width.
+        proj_factor: up-projection factor (> 0).
+        round_proj_up_to_multiple_of: the inner width is rounded up to a multiple of this.
+        qkv_proj_blocksize: block size of the block-diagonal q/k/v maps; must divide the inner width.
+        conv1d_kernel_size: kernel of the depthwise causal convolution (≥ 1).
+        read: ``plain`` (R(C) = C), ``ns`` (Newton–Schulz) or ``polar`` (its SVD limit, forward only).
+        ns_steps: Newton–Schulz iterations k (≥ 1).
+        ns_coeffs: ``cubic`` or ``quintic`` (see NS_COEFFICIENTS).
+        polar_rtol: ``polar`` maps singular values σ > polar_rtol · σ_max to 1, the rest to 0.
+    """
+
+    vocab_size: int
+    embedding_dim: int = 94
+    num_heads: int = 4
+    proj_factor: float = 2.0
+    round_proj_up_to_multiple_of: int = 64
+    qkv_proj_blocksize: int = 4
+    conv1d_kernel_size: int = 4
+    read: str = "plain"
+    ns_steps: int = 5
+    ns_coeffs: str = "cubic"
+    polar_rtol: float = 1e-5
+
+    def __post_init__(self):
+        _require_int("vocab_size", self.vocab_size, 1)
+        _require_int("embedding_dim", self.embedding_dim, 1)
+        _require_int("num_heads", self.num_heads, 1)
+        if isinstance(self.proj_factor, bool) or not isinstance(self.proj_factor, (int, float)):
+            raise TypeError(f"proj_factor must be a number, got {type(self.proj_factor).__name__}")
+        if not self.proj_factor > 0:
+            raise ValueError(f"proj_factor must be positive, got {self.proj_factor}")
+        _require_int("round_proj_up_to_multiple_of", self.round_proj_up_to_multiple_of, 1)
+        _require_int("qkv_proj_blocksize", self.qkv_proj_blocksize, 1)
+        _require_int("conv1d_kernel_size", self.conv1d_kernel_size, 1)
+        inner = self.inner_dim
+        if inner % self.num_heads:
+            raise ValueError(
+                f"num_heads={self.num_heads} does not divide the inner width {inner} "
+                f"(proj_factor={self.proj_factor} · embedding_dim={self.embedding_dim}, rounded up to a "
+                f"multiple of {self.round_proj_up_to_multiple_of}): the head dimension must be an integer")
+        if inner % self.qkv_proj_blocksize:
+            raise ValueError(f"qkv_proj_blocksize={self.qkv_proj_blocksize} does not divide the inner width {inner}")
+        _require_choice("read", self.read, MLSTM_READS)
+        _require_int("ns_steps", self.ns_steps, 1)
+        _require_choice("ns_coeffs", self.ns_coeffs, tuple(NS_COEFFICIENTS))
+        if isinstance(self.polar_rtol, bool) or not isinstance(self.polar_rtol, (int, float)):
+            raise TypeError(f"polar_rtol must be a number, got {type(self.polar_rtol).__name__}")
+        if not 0 < self.polar_rtol < 1:
+            raise ValueError(f"polar_rtol must lie in (0, 1), got {self.polar_rtol}")
+
+    @property
+    def inner_dim(self):
+        """Width of the up-projected branch: ceil(proj_factor · d / r) · r (192 by default)."""
+        multiple = self.round_proj_up_to_multiple_of
+        return int(math.ceil(self.proj_factor * self.embedding_dim / multiple) * multiple)
+
+    @property
+    def head_dim(self):
+        """Per-head key/value dimension: inner width / num_heads (48 by default)."""
+        return self.inner_dim // self.num_heads

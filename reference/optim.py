@@ -80,3 +80,30 @@ class RiemannianSGD:
             else:
                 updated[key] = group.refine(group.retr(point, -self.lr * group.proj_tangent(point, g)))
         return updated
+
+
+class AdamW:
+    """Mirror of ``torch.optim.AdamW`` (no amsgrad) on parameter dicts (Euclidean parameters); t counts steps from 1::
+
+        p ← p (1 − lr λ)                                   decoupled weight decay
+        m ← β₁ m + (1 − β₁) g,   v ← β₂ v + (1 − β₂) g²
+        p ← p − lr (m / (1 − β₁ᵗ)) / (sqrt(v / (1 − β₂ᵗ)) + ε)
+    """
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.first, self.second, self.steps = {}, {}, 0
+
+    def step(self, params, grads):
+        """New parameter dict after one step (keys without a gradient stay)."""
+        beta1, beta2 = self.betas
+        self.steps += 1
+        correction1, correction2 = 1 - beta1 ** self.steps, 1 - beta2 ** self.steps
+        updated = dict(params)
+        for key, grad in grads.items():
+            point = params[key] * (1 - self.lr * self.weight_decay)
+            m = beta1 * self.first.get(key, 0.0) + (1 - beta1) * grad
+            v = beta2 * self.second.get(key, 0.0) + (1 - beta2) * grad * grad
+            updated[key] = point - self.lr * (m / correction1) / (np.sqrt(v / correction2) + self.eps)
+            self.first[key], self.second[key] = m, v
+        return updated
