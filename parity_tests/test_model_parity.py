@@ -113,3 +113,10 @@ def test_cli_exit_codes(monkeypatch, capsys):
     assert "0-dimensional" in json.loads(capsys.readouterr().out)["error"]
     monkeypatch.setattr(parity_tests.harness, "group_rnn_parity", lambda *a, **k: {"pass": False})
     assert check.main(["--group", "O", "--n", "3"]) == 1
+
+
+def test_cli_runs_the_mlstm_parity(capsys):
+    assert check.main(["--model", "mlstm", "--read", "ns", "--ns-steps", "3", "--vocab", "96", "--length", "5",
+                       "--dtype", "float32"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["pass"] is True and report["model"] == "mlstm" and report["config"]["ns_steps"] == 3
