@@ -12,6 +12,7 @@ import parity_tests.harness
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from parity_tests import check
 from parity_tests.harness import group_rnn_parity, to_torch
+from parity_tests.tolerances import SAMPLING_SIGMAS
 from reference.config import GROUP_NAMES, GroupRNNConfig
 from reference.group_rnn import GroupRNN
 from reference.params import init_params
@@ -63,9 +64,9 @@ def test_torch_initialization_follows_the_reference_distributions(group):
             if key == "cell.initial_state":
                 np.testing.assert_array_equal(got, value)
         else:
-            spread = np.std(value)  # both samples of one law: compare within 5 standard errors
-            assert np.mean(got) == pytest.approx(np.mean(value), abs=5 * spread * np.sqrt(2 / value.size) + 1e-12), key
-            assert np.std(got) == pytest.approx(spread, rel=5 / np.sqrt(value.size), abs=1e-12), key
+            spread, sigmas = np.std(value), SAMPLING_SIGMAS  # two samples of one law
+            assert np.mean(got) == pytest.approx(np.mean(value), abs=sigmas * spread * np.sqrt(2 / value.size)), key
+            assert np.std(got) == pytest.approx(spread, rel=sigmas / np.sqrt(value.size)), key
 
 
 @pytest.mark.parametrize("group", GROUP_NAMES)

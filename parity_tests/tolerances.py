@@ -15,6 +15,31 @@ PARITY = {
 # on matrices of norm O(1) to O(n)); and the float32 version of the torch tree.
 GROUP_ATOL = {"float64": 1e-12, "float32": 2e-5}
 
+
+
+def group_atol(dtype, n):
+    """Identities through a few products of n×n matrices (exp(a)exp(−a) = I, retractions, ...):
+    rounding grows with n and the number of products, so GROUP_ATOL · 10 · n."""
+    return GROUP_ATOL[dtype] * 10 * max(1, n)
+
+
+# scipy.linalg.expm against the independent Taylor oracle (float64, relative to max|exp(a)|).
+EXPM_ORACLE_RTOL = 1e-12
+
+# Haar check: E|tr x|² from 4,000 samples, absolute, per unit of max(1, n/2) (≈ 5 standard errors).
+HAAR_MOMENT_ATOL = 0.12
+
+# Two samples of one distribution (torch vs reference init) agree within this many standard errors.
+SAMPLING_SIGMAS = 5
+
+# Gradients over 2,000 steps: finite and below this bound (no exponential blow-up).
+GRADIENT_BOUND = 1e4
+
+# refine(x) = x (3I − xᴴx)/2: the identity on the group (float64, absolute), and for drift δ a
+# result within REFINE_QUADRATIC · δ².
+REFINE_ATOL = 1e-14
+REFINE_QUADRATIC = 10
+
 # Membership of states / parameters that a model or optimizer produced, in the working dtype.
 MEMBERSHIP_ATOL = {"float64": 1e-10, "float32": 1e-5}
 
