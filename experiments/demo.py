@@ -39,7 +39,7 @@ def parse_args(argv=None):
     parser.add_argument("--embedding-dim", type=int, default=32)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--clip", type=float, default=1.0)
     parser.add_argument("--valid-tokens", type=int, default=40_000, help="validation prefix used for bpc")
     parser.add_argument("--eval-every", type=int, default=200)
