@@ -28,39 +28,48 @@ def ambient_gradients(autograd_grads):
     return {key: np.conj(g) if np.iscomplexobj(g) else g for key, g in autograd_grads.items()}
 
 
-class RiemannianAdam:
-    """Mirror of ``geoopt.optim.RiemannianAdam`` (no amsgrad, no stabilize).
+class _Adam:
+    """Adam's moments and bias-corrected direction, shared by RiemannianAdam and AdamW."""
 
-    Args:
-        specs: ``{key: ParamSpec}`` of the model (its ``group`` marks group-valued parameters).
-    """
-
-    def __init__(self, specs, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        self.groups = {key: spec.group for key, spec in specs.items()}
+    def __init__(self, lr, betas, eps, weight_decay):
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.first, self.second, self.steps = {}, {}, 0
 
     def step(self, params, grads):
-        """New parameter dict after one step from ambient ``grads`` (keys without a gradient stay)."""
-        beta1, beta2 = self.betas
+        """New parameter dict after one step (keys without a gradient stay)."""
         self.steps += 1
-        correction1, correction2 = 1 - beta1 ** self.steps, 1 - beta2 ** self.steps
-        updated = dict(params)
-        for key, grad in grads.items():
-            point, group = params[key], self.groups[key]
-            g = grad + self.weight_decay * point
-            if group is not None:
-                g = group.proj_tangent(point, g)
-            m = beta1 * self.first.get(key, 0.0) + (1 - beta1) * g
-            v = beta2 * self.second.get(key, 0.0) + (1 - beta2) * np.real(np.conj(g) * g)
-            direction = (m / correction1) / (np.sqrt(v / correction2) + self.eps)
-            if group is None:
-                updated[key] = point - self.lr * direction
-            else:
-                updated[key] = group.refine(group.retr(point, -self.lr * direction))
-                m = group.mul(updated[key], group.proj(group.mul(group.inv(point), m)))
-            self.first[key], self.second[key] = m, v
-        return updated
+        return {**params, **{key: self._update(key, params[key], grad) for key, grad in grads.items()}}
+
+    def _direction(self, key, g):
+        """Update the moments of ``key`` with gradient ``g``; return (m / (1 − β₁ᵗ)) / (sqrt(v / (1 − β₂ᵗ)) + ε)."""
+        beta1, beta2 = self.betas
+        m = beta1 * self.first.get(key, 0.0) + (1 - beta1) * g
+        v = beta2 * self.second.get(key, 0.0) + (1 - beta2) * np.real(np.conj(g) * g)
+        self.first[key], self.second[key] = m, v
+        return (m / (1 - beta1 ** self.steps)) / (np.sqrt(v / (1 - beta2 ** self.steps)) + self.eps)
+
+
+class RiemannianAdam(_Adam):
+    """Mirror of ``geoopt.optim.RiemannianAdam`` (no amsgrad, no stabilize).
+
+    Args:
+        specs: ``{key: ParamSpec}`` of the model (its ``group`` marks group-valued parameters).
+        grads passed to ``step`` are ambient gradients (see ``ambient_gradients``).
+    """
+
+    def __init__(self, specs, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(lr, betas, eps, weight_decay)
+        self.groups = {key: spec.group for key, spec in specs.items()}
+
+    def _update(self, key, point, grad):
+        group = self.groups[key]
+        g = grad + self.weight_decay * point
+        if group is None:
+            return point - self.lr * self._direction(key, g)
+        direction = self._direction(key, group.proj_tangent(point, g))
+        moved = group.refine(group.retr(point, -self.lr * direction))
+        self.first[key] = group.mul(moved, group.proj(group.mul(group.inv(point), self.first[key])))
+        return moved
 
 
 class RiemannianSGD:
@@ -82,7 +91,7 @@ class RiemannianSGD:
         return updated
 
 
-class AdamW:
+class AdamW(_Adam):
     """Mirror of ``torch.optim.AdamW`` (no amsgrad) on parameter dicts (Euclidean parameters); t counts steps from 1::
 
         p ← p (1 − lr λ)                                   decoupled weight decay
@@ -91,19 +100,7 @@ class AdamW:
     """
 
     def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
-        self.first, self.second, self.steps = {}, {}, 0
+        super().__init__(lr, betas, eps, weight_decay)
 
-    def step(self, params, grads):
-        """New parameter dict after one step (keys without a gradient stay)."""
-        beta1, beta2 = self.betas
-        self.steps += 1
-        correction1, correction2 = 1 - beta1 ** self.steps, 1 - beta2 ** self.steps
-        updated = dict(params)
-        for key, grad in grads.items():
-            point = params[key] * (1 - self.lr * self.weight_decay)
-            m = beta1 * self.first.get(key, 0.0) + (1 - beta1) * grad
-            v = beta2 * self.second.get(key, 0.0) + (1 - beta2) * grad * grad
-            updated[key] = point - self.lr * (m / correction1) / (np.sqrt(v / correction2) + self.eps)
-            self.first[key], self.second[key] = m, v
-        return updated
+    def _update(self, key, point, grad):
+        return point * (1 - self.lr * self.weight_decay) - self.lr * self._direction(key, grad)
