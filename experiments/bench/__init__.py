@@ -1,0 +1,1 @@
+"""Benchmarks: contenders measured in one run on one machine, reported as ratios."""
