@@ -1,0 +1,297 @@
+"""Unconstrained baselines for the group-state models (torch only): an LSTM and a GPT-style
+Transformer language model.
+
+Both share the group models' interface, so training and evaluation code treats them alike:
+``model(tokens)`` with ``tokens: [B, T]`` int ids returns ``(logits [B, T, V], None)`` (the group
+models return ``(logits, states)``); bad token ids raise through
+``manifold_impl.validation.check_tokens`` before any work; ``device``, ``dtype`` and a seeded
+``generator`` for the initialization are constructor arguments, as for
+``manifold_impl.group_rnn.GroupRNN``. Initial values are drawn on the generator's device and
+copied, so one seed gives the same model on every device.
+
+The third baseline, the unconstrained counterpart of each group model, is that model with group
+``GL`` (``GroupRNNConfig(group="GL", ...)``): nothing to write here. Matching parameter counts is
+``experiments.params_budget``.
+
+Decisions:
+- ``LSTMLanguageModel``: embedding (width ``embedding_dim``, default the hidden size) →
+  ``torch.nn.LSTM`` (``num_layers``, batch first, both bias vectors) → linear head with bias.
+  Init: embedding N(0, 1) (as the group RNN), LSTM weights and biases U(±1/√H) (torch's default),
+  head weight U(±1/√H), head bias 0. ``dropout`` acts on the embedding output, between LSTM
+  layers and on the last LSTM output.
+- ``GPTLanguageModel``: token + learned absolute position embeddings (``max_length`` positions) →
+  ``num_layers`` pre-norm blocks x + attn(LN(x)), x + MLP(LN(x)) → final LayerNorm → linear head
+  with bias (untied from the embedding, like the group models' readouts). Attention: one fused
+  q/k/v map with bias, ``num_heads`` heads of width ``width / num_heads``,
+  ``scaled_dot_product_attention(is_causal=True)``, output projection with bias. MLP: Linear →
+  GELU (exact) → Linear, hidden width ``mlp_width`` (default 4·width). Init as GPT-2: weights and
+  embeddings N(0, 0.02), the two residual output projections N(0, 0.02/√(2·num_layers)), biases 0,
+  LayerNorm (1, 0). ``dropout`` on the embedding sum, the attention weights, and each residual branch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from manifold_impl.validation import check_tokens
+
+GPT_INIT_STD = 0.02
+GPT_MLP_RATIO = 4
+
+
+def _require_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+
+
+def _require_dropout(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"dropout must be a number, got {type(value).__name__}")
+    if not 0 <= value < 1:
+        raise ValueError(f"dropout must lie in [0, 1), got {value}")
+
+
+def _check_dtype(dtype):
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a real floating torch.dtype (or None), got {dtype!r}")
+
+
+@dataclass(frozen=True)
+class LSTMConfig:
+    """LSTM language model.
+
+    Attributes:
+        vocab_size: number of token ids V; inputs must lie in [0, V).
+        hidden_size: LSTM hidden width H (the free size when matching parameter budgets).
+        num_layers: stacked LSTM layers.
+        embedding_dim: token embedding width E; None means E = H.
+        dropout: dropout probability (0 disables it).
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int = 1
+    embedding_dim: int | None = None
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        _require_int("vocab_size", self.vocab_size, 1)
+        _require_int("hidden_size", self.hidden_size, 1)
+        _require_int("num_layers", self.num_layers, 1)
+        if self.embedding_dim is not None:
+            _require_int("embedding_dim", self.embedding_dim, 1)
+        _require_dropout(self.dropout)
+
+    @property
+    def embedding_width(self):
+        """E: ``embedding_dim``, or the hidden size when that is None."""
+        return self.hidden_size if self.embedding_dim is None else self.embedding_dim
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """GPT-style causal Transformer language model.
+
+    Attributes:
+        vocab_size: number of token ids V; inputs must lie in [0, V).
+        width: model width d (the free size when matching parameter budgets); a multiple of
+            ``num_heads``.
+        num_layers: Transformer blocks.
+        num_heads: attention heads, each of width d / num_heads.
+        max_length: learned positions; longer inputs are refused.
+        mlp_width: hidden width of the MLP; None means ``GPT_MLP_RATIO`` · d.
+        dropout: dropout probability (0 disables it).
+    """
+
+    vocab_size: int
+    width: int
+    num_layers: int = 2
+    num_heads: int = 4
+    max_length: int = 256
+    mlp_width: int | None = None
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        _require_int("vocab_size", self.vocab_size, 1)
+        _require_int("width", self.width, 1)
+        _require_int("num_layers", self.num_layers, 1)
+        _require_int("num_heads", self.num_heads, 1)
+        if self.width % self.num_heads:
+            raise ValueError(f"num_heads={self.num_heads} does not divide width={self.width}")
+        _require_int("max_length", self.max_length, 1)
+        if self.mlp_width is not None:
+            _require_int("mlp_width", self.mlp_width, 1)
+        _require_dropout(self.dropout)
+
+    @property
+    def mlp_hidden(self):
+        """The MLP's hidden width: ``mlp_width``, or ``GPT_MLP_RATIO`` · width when that is None."""
+        return GPT_MLP_RATIO * self.width if self.mlp_width is None else self.mlp_width
+
+    @property
+    def head_dim(self):
+        return self.width // self.num_heads
+
+
+@torch.no_grad()
+def _draw(tensor, sample, generator):
+    """Fill ``tensor`` in place with ``sample(t, generator=...)``, drawn on the generator's device.
+
+    Nothing is drawn on the meta device (used to count parameters without allocating them).
+    """
+    if tensor.device.type == "meta":
+        return
+    if generator is None or generator.device == tensor.device:
+        sample(tensor, generator=generator)
+        return
+    scratch = torch.empty(tensor.shape, dtype=tensor.dtype, device=generator.device)
+    sample(scratch, generator=generator)
+    tensor.copy_(scratch)
+
+
+def _normal(std):
+    return lambda t, generator: nn.init.normal_(t, std=std, generator=generator)
+
+
+def _uniform(bound):
+    return lambda t, generator: nn.init.uniform_(t, -bound, bound, generator=generator)
+
+
+class LSTMLanguageModel(nn.Module):
+    """Embedding → ``torch.nn.LSTM`` → linear head.
+
+    Args:
+        config: an ``LSTMConfig``.
+        device, dtype: where and in which real floating dtype to keep the parameters.
+        generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
+    """
+
+    def __init__(self, config, device=None, dtype=None, generator=None):
+        super().__init__()
+        if not isinstance(config, LSTMConfig):
+            raise TypeError(f"config must be an LSTMConfig, got {type(config).__name__}")
+        _check_dtype(dtype)
+        self.config = config
+        factory = {"device": device, "dtype": dtype}
+        hidden = config.hidden_size
+        self.embedding = nn.Embedding(config.vocab_size, config.embedding_width, **factory)
+        self.lstm = nn.LSTM(config.embedding_width, hidden, num_layers=config.num_layers, batch_first=True,
+                            dropout=config.dropout if config.num_layers > 1 else 0.0, **factory)
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(hidden, config.vocab_size, **factory)
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator=None):
+        bound = 1.0 / math.sqrt(self.config.hidden_size)
+        _draw(self.embedding.weight, _normal(1.0), generator)
+        for parameter in self.lstm.parameters():
+            _draw(parameter, _uniform(bound), generator)
+        _draw(self.head.weight, _uniform(bound), generator)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, tokens):
+        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, None)."""
+        tokens = check_tokens(tokens, self.config.vocab_size)
+        embedded = self.dropout(self.embedding(tokens))  # [B, T, E]
+        hidden, _ = self.lstm(embedded)  # [B, T, H]
+        return self.head(self.dropout(hidden)), None
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention: ``x: [B, T, d] -> [B, T, d]``."""
+
+    def __init__(self, config, device=None, dtype=None):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.num_heads, self.dropout = config.num_heads, config.dropout
+        self.qkv = nn.Linear(config.width, 3 * config.width, **factory)
+        self.proj = nn.Linear(config.width, config.width, **factory)
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        heads = self.num_heads
+        q, k, v = self.qkv(x).view(batch, length, 3, heads, width // heads).permute(2, 0, 3, 1, 4)  # [B, h, T, d/h]
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                           is_causal=True)  # [B, h, T, d/h]
+        return self.proj(y.transpose(1, 2).reshape(batch, length, width))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: x + attn(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, config, device=None, dtype=None):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.attention_norm = nn.LayerNorm(config.width, **factory)
+        self.attention = CausalSelfAttention(config, **factory)
+        self.mlp_norm = nn.LayerNorm(config.width, **factory)
+        self.mlp = nn.Sequential(nn.Linear(config.width, config.mlp_hidden, **factory), nn.GELU(),
+                                 nn.Linear(config.mlp_hidden, config.width, **factory))
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        x = x + self.dropout(self.attention(self.attention_norm(x)))
+        return x + self.dropout(self.mlp(self.mlp_norm(x)))
+
+
+class GPTLanguageModel(nn.Module):
+    """GPT-style causal Transformer LM (pre-norm, learned absolute positions).
+
+    Args:
+        config: a ``GPTConfig``.
+        device, dtype: where and in which real floating dtype to keep the parameters.
+        generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
+    """
+
+    def __init__(self, config, device=None, dtype=None, generator=None):
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
+        _check_dtype(dtype)
+        self.config = config
+        factory = {"device": device, "dtype": dtype}
+        self.token_embedding = nn.Embedding(config.vocab_size, config.width, **factory)
+        self.position_embedding = nn.Embedding(config.max_length, config.width, **factory)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(TransformerBlock(config, **factory) for _ in range(config.num_layers))
+        self.final_norm = nn.LayerNorm(config.width, **factory)
+        self.head = nn.Linear(config.width, config.vocab_size, **factory)
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator=None):
+        """GPT-2's initialization (see the module docstring)."""
+        residual = _normal(GPT_INIT_STD / math.sqrt(2 * self.config.num_layers))
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                _draw(module.weight, _normal(GPT_INIT_STD), generator)
+            if isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        for block in self.blocks:
+            _draw(block.attention.proj.weight, residual, generator)
+            _draw(block.mlp[2].weight, residual, generator)
+
+    def forward(self, tokens):
+        """``tokens: [B, T]`` ids with T ≤ max_length -> (logits ``[B, T, V]``, None)."""
+        tokens = check_tokens(tokens, self.config.vocab_size)
+        length = tokens.shape[1]
+        if length > self.config.max_length:
+            raise ValueError(f"sequence length {length} exceeds max_length={self.config.max_length} "
+                             "(the model has no positions beyond it)")
+        positions = torch.arange(length, device=tokens.device)
+        x = self.dropout(self.token_embedding(tokens) + self.position_embedding(positions))  # [B, T, d]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.final_norm(x)), None
+
+
+__all__ = ["GPTConfig", "GPTLanguageModel", "LSTMConfig", "LSTMLanguageModel"]

@@ -1,0 +1,175 @@
+"""Tiny Shakespeare (char-rnn's ``input.txt``) as character id streams (SPEC §7).
+
+The file is not in any package and never committed. It is resolved in this order:
+
+1. ``data_dir`` if given, else ``$GROUPSTATE_DATA_DIR`` if set (and not empty):
+   ``<dir>/tinyshakespeare/input.txt`` must exist there. A missing file is an error naming the
+   variable and the path; there is no silent fallback to a download when a data directory was
+   named.
+2. Otherwise the cached download ``<cache>/tinyshakespeare/input.txt``, fetched from
+   ``TINY_SHAKESPEARE_URL`` on first use. ``<cache>`` is ``cache_dir`` if given, else
+   ``$GROUPSTATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/groupstate``, else ``~/.cache/groupstate``.
+   The download is streamed into a temporary file next to the target, checked against
+   ``TINY_SHAKESPEARE_SHA256`` and only then renamed into place (atomic on POSIX), so the cache
+   never holds a partial or wrong file.
+
+Every file read is checked against the sha256 (the split sizes and the vocabulary below are facts
+about that file); pass ``verify=False`` to read a local file of your own.
+
+Split (the char-rnn / nanoGPT convention): the first ``int(0.9 · N)`` characters are ``train``,
+the rest ``valid``. The vocabulary is the 65 distinct characters of the whole file, sorted by code
+point, so ``valid`` never holds an unknown symbol.
+
+    >>> vocabulary, streams = tiny_shakespeare()        # doctest: +SKIP
+    >>> len(vocabulary), len(streams["train"]), len(streams["valid"])  # doctest: +SKIP
+    (65, 1003854, 111540)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("groupstate.data")
+
+DATA_DIR_VARIABLE = "GROUPSTATE_DATA_DIR"
+CACHE_DIR_VARIABLE = "GROUPSTATE_CACHE_DIR"
+TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+RELATIVE_PATH = Path("tinyshakespeare") / "input.txt"
+TRAIN_FRACTION = 0.9
+SPLITS = ("train", "valid")
+
+
+class ChecksumError(ValueError):
+    """A data file whose sha256 differs from the published one."""
+
+
+def sha256_of_file(path):
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def default_cache_dir():
+    """``$GROUPSTATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/groupstate``, else ``~/.cache/groupstate``."""
+    if os.environ.get(CACHE_DIR_VARIABLE):
+        return Path(os.environ[CACHE_DIR_VARIABLE]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "groupstate"
+    return Path.home() / ".cache" / "groupstate"
+
+
+def download_verified(url, target, sha256, timeout=60.0):
+    """Download ``url`` to ``target`` atomically, refusing content whose sha256 differs.
+
+    The bytes are streamed into a temporary file in ``target``'s directory while hashing; on a
+    match the file is renamed onto ``target`` (``os.replace``), otherwise it is deleted and
+    ``ChecksumError`` is raised. ``file://`` URLs work (used by the tests).
+
+    Returns:
+        ``target`` as a ``Path``.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log.info("downloading %s to %s", url, target)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+            for chunk in iter(lambda: response.read(1 << 20), b""):
+                digest.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != sha256:
+            raise ChecksumError(f"refusing the download of {url}: sha256 {digest.hexdigest()} differs from the "
+                                f"expected {sha256}; nothing was written to {target}")
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def tiny_shakespeare_path(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True):
+    """Locate (or fetch into the cache) ``tinyshakespeare/input.txt``; see the module docstring.
+
+    Raises:
+        FileNotFoundError: the data directory lacks the file, or it is not cached and
+            ``download=False``.
+        ChecksumError: the download's sha256 differs from the published one.
+    """
+    named = data_dir is not None or bool(os.environ.get(DATA_DIR_VARIABLE))
+    if named:
+        source = "data_dir" if data_dir is not None else f"${DATA_DIR_VARIABLE}"
+        path = Path(data_dir if data_dir is not None else os.environ[DATA_DIR_VARIABLE]).expanduser() / RELATIVE_PATH
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"Tiny Shakespeare not found: {source} points to {path.parent.parent}, which has no "
+                f"{RELATIVE_PATH} (looked for {path}). Put char-rnn's input.txt there (sha256 "
+                f"{TINY_SHAKESPEARE_SHA256}), point {DATA_DIR_VARIABLE} at a directory that has it, "
+                f"or unset {DATA_DIR_VARIABLE} to download it into the cache")
+        return path
+    path = Path(cache_dir if cache_dir is not None else default_cache_dir()).expanduser() / RELATIVE_PATH
+    if path.is_file():
+        return path
+    if not download:
+        raise FileNotFoundError(f"Tiny Shakespeare is not cached at {path} and download=False; set "
+                                f"{DATA_DIR_VARIABLE} to a directory with {RELATIVE_PATH} or allow the download")
+    return download_verified(url, path, TINY_SHAKESPEARE_SHA256)
+
+
+def tiny_shakespeare_text(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True, verify=True):
+    """The whole text (1,115,394 characters) after the sha256 check; arguments as ``tiny_shakespeare``."""
+    path = tiny_shakespeare_path(data_dir, cache_dir, url, download)
+    raw = path.read_bytes()
+    if verify:
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest != TINY_SHAKESPEARE_SHA256:
+            raise ChecksumError(f"{path} has sha256 {digest}, not char-rnn's {TINY_SHAKESPEARE_SHA256}: the file is "
+                                "corrupt or a different text (delete it, or pass verify=False to use it anyway)")
+    return raw.decode("utf-8")
+
+
+def encode_characters(text, vocabulary):
+    """``text`` as an int64 id array under a sorted character ``vocabulary`` (ValueError on unknown characters)."""
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+    table = np.array([ord(symbol) for symbol in vocabulary], dtype="<u4")
+    ids = np.searchsorted(table, codes)
+    known = (ids < len(table)) & (table[np.minimum(ids, len(table) - 1)] == codes)
+    if not known.all():
+        bad = chr(int(codes[np.argmin(known)]))
+        raise ValueError(f"character {bad!r} is not in the vocabulary")
+    return ids.astype(np.int64)
+
+
+def tiny_shakespeare(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True, verify=True):
+    """``(vocabulary, {"train": ids, "valid": ids})``: the 65 sorted characters and int64 id streams.
+
+    Args:
+        data_dir: directory holding ``tinyshakespeare/input.txt`` (default ``$GROUPSTATE_DATA_DIR``).
+        cache_dir: download cache used when no data directory is named (default: see the module).
+        url: where to download from (a ``file://`` URL works).
+        download: allow the download when the file is not cached.
+        verify: check the sha256 of the file read.
+    """
+    text = tiny_shakespeare_text(data_dir, cache_dir, url, download, verify)
+    vocabulary = sorted(set(text))
+    ids = encode_characters(text, vocabulary)
+    cut = int(TRAIN_FRACTION * len(ids))
+    return vocabulary, {"train": ids[:cut].copy(), "valid": ids[cut:].copy()}
+
+
+__all__ = ["CACHE_DIR_VARIABLE", "ChecksumError", "DATA_DIR_VARIABLE", "TINY_SHAKESPEARE_SHA256",
+           "TINY_SHAKESPEARE_URL", "default_cache_dir", "download_verified", "encode_characters", "sha256_of_file",
+           "tiny_shakespeare", "tiny_shakespeare_path", "tiny_shakespeare_text"]

@@ -1,0 +1,237 @@
+"""Baselines (LSTM, GPT) and matched parameter budgets: shapes, causality, refused input, parameter
+counts against independent formulas, and sizing to ±2% of 100k / 500k / 2M parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from experiments.baselines import GPTConfig, GPTLanguageModel, LSTMConfig, LSTMLanguageModel
+from experiments.models import build_model
+from experiments.params_budget import (
+    TOLERANCE,
+    count_parameters,
+    parameter_count,
+    size_to_budget,
+)
+from manifold_impl.group_rnn import GroupRNN
+from reference.config import GroupRNNConfig
+
+VOCAB = 65  # Tiny Shakespeare's characters
+
+SMALL = {
+    "lstm": LSTMConfig(VOCAB, hidden_size=16, num_layers=2, embedding_dim=8),
+    "gpt": GPTConfig(VOCAB, width=16, num_layers=2, num_heads=4, max_length=12),
+}
+MODELS = {"lstm": LSTMLanguageModel, "gpt": GPTLanguageModel}
+KINDS = list(SMALL)
+
+
+def make(kind, seed=0, dtype=None, config=None):
+    return MODELS[kind](config or SMALL[kind], dtype=dtype, generator=torch.Generator().manual_seed(seed))
+
+
+def random_tokens(batch, length, seed=0):
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+# --- models --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_forward_shapes(kind, dtype):
+    logits, states = make(kind, dtype=dtype)(random_tokens(3, 7))
+    assert logits.shape == (3, 7, VOCAB) and logits.dtype == dtype
+    assert states is None
+    assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_backward_reaches_every_parameter(kind):
+    model = make(kind)
+    logits, _ = model(random_tokens(2, 5))
+    torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), random_tokens(2, 5, seed=1).reshape(-1)).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_seeded_initialization(kind):
+    same = [make(kind, seed=3).state_dict(), make(kind, seed=3).state_dict()]
+    other = make(kind, seed=4).state_dict()
+    assert all(torch.equal(same[0][key], same[1][key]) for key in same[0])
+    assert any(not torch.equal(same[0][key], other[key]) for key in other)
+
+
+@pytest.mark.parametrize("position", [0, 5, 11], ids=["first", "middle", "last"])
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_causal(kind, position):
+    """Changing token j changes no logit before j (and does change the logits at j)."""
+    model = make(kind, dtype=torch.float64)
+    tokens = random_tokens(2, 12)
+    changed = tokens.clone()
+    changed[:, position] = (changed[:, position] + 1) % VOCAB
+    before, _ = model(tokens)
+    after, _ = model(changed)
+    assert torch.equal(before[:, :position], after[:, :position])
+    assert not torch.allclose(before[:, position], after[:, position])
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_dropout_only_in_training(kind):
+    model = make(kind, config=dataclasses.replace(SMALL[kind], dropout=0.5))
+    tokens = random_tokens(2, 6)
+    model.eval()
+    assert torch.equal(model(tokens)[0], model(tokens)[0])
+    model.train()
+    assert not torch.equal(model(tokens)[0], model(tokens)[0])
+
+
+BAD_TOKENS = {
+    "above_vocabulary": (torch.tensor([[0, VOCAB]]), ValueError, "out of range"),
+    "negative": (torch.tensor([[-1, 2]]), ValueError, "out of range"),
+    "float": (torch.zeros(1, 3), TypeError, "integers"),
+    "rank_1": (torch.zeros(3, dtype=torch.long), ValueError, r"shape \[batch, length\]"),
+    "empty": (torch.zeros(1, 0, dtype=torch.long), ValueError, "empty"),
+    "not_a_tensor": ([[1, 2]], TypeError, "torch.Tensor"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TOKENS.values()), ids=list(BAD_TOKENS))
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_bad_tokens_refused(kind, case):
+    tokens, error, message = case
+    with pytest.raises(error, match=message):
+        make(kind)(tokens)
+
+
+def test_gpt_refuses_sequences_beyond_max_length():
+    with pytest.raises(ValueError, match="max_length=12"):
+        make("gpt")(random_tokens(1, 13))
+
+
+BAD_CONFIGS = {
+    "lstm_hidden_zero": (lambda: LSTMConfig(VOCAB, 0), ValueError, "hidden_size"),
+    "lstm_hidden_str": (lambda: LSTMConfig(VOCAB, "8"), TypeError, "hidden_size"),
+    "lstm_dropout_one": (lambda: LSTMConfig(VOCAB, 8, dropout=1.0), ValueError, "dropout"),
+    "gpt_heads_do_not_divide": (lambda: GPTConfig(VOCAB, 10, num_heads=4), ValueError, "divide"),
+    "gpt_layers_zero": (lambda: GPTConfig(VOCAB, 8, num_layers=0), ValueError, "num_layers"),
+    "gpt_bool_vocab": (lambda: GPTConfig(True, 8), TypeError, "vocab_size"),
+    "lstm_wrong_config": (lambda: LSTMLanguageModel(SMALL["gpt"]), TypeError, "LSTMConfig"),
+    "gpt_integer_dtype": (lambda: GPTLanguageModel(SMALL["gpt"], dtype=torch.int64), TypeError, "dtype"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS.values()), ids=list(BAD_CONFIGS))
+def test_bad_config_refused(case):
+    build, error, message = case
+    with pytest.raises(error, match=message):
+        build()
+
+
+# --- parameter counts ------------------------------------------------------------------------------
+
+def real_numel(model):
+    """Independent count: every parameter viewed as real numbers."""
+    return sum((torch.view_as_real(p) if p.is_complex() else p).numel() for p in model.parameters())
+
+
+COUNTED = {
+    "lstm_1layer": LSTMConfig(VOCAB, 20),
+    "lstm_3layer_emb7": LSTMConfig(VOCAB, 12, num_layers=3, embedding_dim=7),
+    "gpt_default": GPTConfig(VOCAB, 16),
+    "gpt_mlp30_3layer": GPTConfig(VOCAB, 12, num_layers=3, num_heads=3, max_length=9, mlp_width=30),
+    **{f"rnn_{g}": GroupRNNConfig(VOCAB, group=g, n=4, embedding_dim=6) for g in ("O", "SO", "U", "SU", "T", "GL")},
+    "rnn_BO6b3": GroupRNNConfig(VOCAB, group="BO", n=6, block=3),
+    "rnn_U_prototype": GroupRNNConfig(VOCAB, group="U", n=3, readout="prototype"),
+    "rnn_O_nonrecurrent": GroupRNNConfig(VOCAB, group="O", n=5, recurrent=False),
+    "rnn_SU_scalar": GroupRNNConfig(VOCAB, group="SU", n=3, mixing="scalar"),
+    "rnn_GL_lowrank": GroupRNNConfig(VOCAB, group="GL", n=3, mixing="lowrank", mixing_rank=2),
+}
+
+
+@pytest.mark.parametrize("config", list(COUNTED.values()), ids=list(COUNTED))
+def test_count_matches_built_model(config):
+    model = build_model(config, generator=torch.Generator().manual_seed(0))
+    assert count_parameters(model) == real_numel(model) == parameter_count(config)
+
+
+def test_complex_parameters_count_twice():
+    model = GroupRNN(GroupRNNConfig(VOCAB, group="U", n=3, readout="prototype"))
+    complex_entries = sum(p.numel() for p in model.parameters() if p.is_complex())
+    real_entries = sum(p.numel() for p in model.parameters() if not p.is_complex())
+    assert complex_entries == 3 * 3 * (1 + VOCAB)  # H_0 and the prototypes
+    assert count_parameters(model) == real_entries + 2 * complex_entries
+
+
+@pytest.mark.parametrize("config", [COUNTED["lstm_1layer"], COUNTED["lstm_3layer_emb7"]], ids=["1layer", "3layer"])
+def test_lstm_closed_form(config):
+    """V·E + 4H(E + H + 2) + (L − 1)·4H(2H + 2) + (H + 1)·V: embedding, LSTM layers, head."""
+    v, h, e, layers = config.vocab_size, config.hidden_size, config.embedding_width, config.num_layers
+    closed = v * e + 4 * h * (e + h + 2) + (layers - 1) * 4 * h * (2 * h + 2) + (h + 1) * v
+    assert parameter_count(config) == closed == count_parameters(LSTMLanguageModel(config))
+
+
+# --- sizing to a budget ----------------------------------------------------------------------------
+
+TEMPLATES = {
+    "lstm": LSTMConfig(VOCAB, 1),
+    "gpt": GPTConfig(VOCAB, 4, num_layers=2, num_heads=4, max_length=256),
+    "rnn_O": GroupRNNConfig(VOCAB, group="O"),
+    "rnn_U": GroupRNNConfig(VOCAB, group="U"),
+    "rnn_GL": GroupRNNConfig(VOCAB, group="GL"),
+}
+BUDGETS = [100_000, 500_000, 2_000_000]
+
+
+@pytest.mark.parametrize("target", BUDGETS, ids=["100k", "500k", "2M"])
+@pytest.mark.parametrize("template", list(TEMPLATES.values()), ids=list(TEMPLATES))
+def test_sizing_hits_budget(template, target):
+    config = size_to_budget(template, target)
+    count = count_parameters(build_model(config, device="meta", generator=torch.Generator()))
+    assert count == parameter_count(config)
+    assert abs(count - target) <= TOLERANCE * target
+    kept = {"vocab_size", "num_layers", "num_heads", "max_length", "group", "readout", "recurrent", "mixing"}
+    assert all(getattr(config, f) == getattr(template, f) for f in kept if hasattr(template, f))
+
+
+def test_sizing_keeps_default_shape_when_coarse_size_hits():
+    config = size_to_budget(TEMPLATES["gpt"], 100_000)
+    assert (config.width, config.mlp_width) == (56, None)  # 98,513 parameters with the 4x MLP
+
+
+def test_sizing_fine_field_when_coarse_misses():
+    """At V=50 no GPT width with a 4x MLP lands within 2% of 100k (96,818 / 109,490): the MLP adjusts."""
+    config = size_to_budget(dataclasses.replace(TEMPLATES["gpt"], vocab_size=50), 100_000)
+    assert config.width == 56 and 2 * 56 <= config.mlp_width <= 6 * 56
+    assert abs(parameter_count(config) - 100_000) <= 0.02 * 100_000
+
+
+def test_sizing_group_rnn_example():
+    config = size_to_budget(TEMPLATES["rnn_O"], 100_000)
+    assert (config.n, config.embedding_dim, parameter_count(config)) == (19, 60, 99_953)
+
+
+def test_sizing_embedding_only_keeps_n():
+    config = size_to_budget(GroupRNNConfig(VOCAB, group="U", n=8), 100_000, free="embedding_dim")
+    assert config.n == 8 and abs(parameter_count(config) - 100_000) <= 0.02 * 100_000
+
+
+SIZING_ERRORS = {
+    "n_alone_misses": (TEMPLATES["rnn_O"], 100_000, {"free": "n"}, ValueError, "within ±2%"),
+    "budget_below_smallest": (TEMPLATES["gpt"], 1_000, {}, ValueError, "within ±2%"),
+    "large_vocabulary_gpt": (GPTConfig(10_000, 4), 100_000, {}, ValueError, "nearest counts"),
+    "unknown_field": (TEMPLATES["lstm"], 100_000, {"free": "width"}, ValueError, "not a searchable size"),
+    "negative_target": (TEMPLATES["lstm"], -5, {}, ValueError, "positive"),
+    "zero_tolerance": (TEMPLATES["lstm"], 100_000, {"tolerance": 0}, ValueError, "tolerance"),
+    "repeated_field": (TEMPLATES["rnn_U"], 100_000, {"free": ("n", "n")}, ValueError, "two different"),
+    "not_a_config": ("lstm", 100_000, {}, TypeError, "cannot size"),
+}
+
+
+@pytest.mark.parametrize("case", list(SIZING_ERRORS.values()), ids=list(SIZING_ERRORS))
+def test_sizing_errors(case):
+    template, target, options, error, message = case
+    with pytest.raises(error, match=message):
+        size_to_budget(template, target, **options)

@@ -1,0 +1,90 @@
+"""Training runs: configuration, run directory, and exact resumption after a kill."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from experiments import train
+from parity_tests.tolerances import RESUME_RTOL
+
+ARGS = ["--model", "group_rnn", "--dataset", "ptb_char", "--group", "SO", "--n", "4", "--embedding-dim", "8",
+        "--steps", "60", "--batch", "4", "--length", "16", "--eval-every", "5", "--checkpoint-every", "5",
+        "--eval-tokens", "300", "--schedule", "cosine", "--warmup", "3", "--seed", "7"]
+
+
+def metrics(directory):
+    return [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
+    uninterrupted, killed = tmp_path / "uninterrupted", tmp_path / "killed"
+    assert train.main([*ARGS, "--run-dir", str(uninterrupted)]) == 0
+
+    process = subprocess.Popen([sys.executable, "-m", "experiments.train", *ARGS, "--run-dir", str(killed)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (killed / "checkpoint.pt").exists():
+        assert process.poll() is None, "the run ended before its first checkpoint"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (killed / "final.json").exists(), "the run finished before it could be killed"
+    assert len(metrics(killed)) < len(metrics(uninterrupted))
+
+    assert train.main(["--resume", str(killed)]) == 0
+    ours, theirs = metrics(killed), metrics(uninterrupted)
+    assert [m["step"] for m in ours] == [m["step"] for m in theirs]
+    for got, expected in zip(ours, theirs):
+        for key in ("train_bits", "valid_bits"):
+            assert got[key] == pytest.approx(expected[key], rel=RESUME_RTOL), (got["step"], key)
+        assert got["drift"] == pytest.approx(expected["drift"], abs=RESUME_RTOL)
+    final_state = torch.load(killed / "checkpoint.pt", weights_only=False)
+    expected_state = torch.load(uninterrupted / "checkpoint.pt", weights_only=False)
+    for key, value in expected_state["model"].items():
+        torch.testing.assert_close(final_state["model"][key], value, rtol=RESUME_RTOL, atol=RESUME_RTOL)
+    assert not list(killed.glob("*.tmp"))
+
+
+def test_the_run_directory_records_the_run(tmp_path):
+    directory = tmp_path / "run"
+    assert train.main([*ARGS[:-10], "--steps", "4", "--eval-every", "2", "--checkpoint-every", "2",
+                       "--eval-tokens", "100", "--run-dir", str(directory)]) == 0
+    config = json.loads((directory / "config.json").read_text())
+    assert config["train"]["steps"] == 4 and config["model"]["group"] == "SO" and config["model"]["n"] == 4
+    assert "experiments.train" in (directory / "command.txt").read_text()
+    assert (directory / "git_revision.txt").read_text().strip()
+    assert [m["step"] for m in metrics(directory)] == [2, 4]
+    final = json.loads((directory / "final.json").read_text())
+    assert final["drift"] < 1e-5 and final["parameters"] > 0 and final["test_bits_per_token"] > 0
+    with pytest.raises(ValueError, match="already holds a run"):
+        train.main([*ARGS, "--run-dir", str(directory)])
+
+
+@pytest.mark.parametrize("pairs, message", [
+    (["--colour", "red"], "unknown option '--colour'"),
+    (["--n", "four"], "invalid literal"),
+    (["--schedule", "linear"], "unknown schedule"),
+    (["--steps", "0"], "steps must be a positive int"),
+    (["--warmup", "100", "--steps", "10"], "warmup must be"),
+    (["--group", "Sp"], "unknown group"),
+], ids=["unknown-key", "bad-int", "schedule", "steps", "warmup", "group"])
+def test_bad_options_are_refused_before_training(tmp_path, pairs, message):
+    with pytest.raises(ValueError, match=message):
+        train.main(["--model", "group_rnn", "--dataset", "ptb_char", *pairs, "--run-dir", str(tmp_path / "x")])
+    assert not (tmp_path / "x" / "checkpoint.pt").exists()
+
+
+def test_learning_rate_schedule():
+    config = train.TrainConfig(model="group_rnn", dataset="ptb_char", steps=10, warmup=2, schedule="cosine")
+    factors = [train.learning_rate_factor(config, step) for step in range(10)]
+    assert factors[:2] == [0.5, 1.0] and factors[2] == 1.0 and factors[-1] < 0.05
+    assert all(a >= b for a, b in zip(factors[1:], factors[2:]))
+    constant = train.TrainConfig(model="group_rnn", dataset="ptb_char", steps=10, schedule="constant")
+    assert {train.learning_rate_factor(constant, step) for step in range(10)} == {1.0}
