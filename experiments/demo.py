@@ -1,9 +1,12 @@
-"""``make demo``: train the O(n) group-state RNN on Penn Treebank characters for a few minutes.
+"""``make demo``: the O(n) group-state RNN against a parameter-matched LSTM on Penn Treebank characters.
 
-Prints the validation bits per character before and after training, saves the run (config,
-curve, results) as JSON under ``runs/demo/``, and runs the parity check for the configuration.
+Trains the group RNN for most of the time budget (default 5 minutes in all, CPU), then the LSTM
+for the same number of steps on the same batches (it is several times faster), prints their
+validation bits per character side by side with parameter counts and tokens/s, writes the curves
+(``runs/demo/curves.png``) and a JSON summary, and runs the parity check for the trained group-RNN
+configuration.
 
-    python -m experiments.demo [--minutes 3] [--n 16] [--seed 0]
+    python -m experiments.demo [--minutes 5] [--n 16] [--seed 0]
 """
 
 from __future__ import annotations
@@ -13,98 +16,94 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-from tqdm import tqdm
+import matplotlib
 
-from experiments.data.ptb import ptb_char
-from experiments.lm import bits_per_token, random_windows
-from manifold_impl.group_rnn import GroupRNN
-from manifold_impl.losses import cross_entropy
-from manifold_impl.optim import RiemannianAdam
-from parity_tests.harness import group_rnn_parity
-from reference.config import GroupRNNConfig
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from experiments.baselines import LSTMConfig  # noqa: E402
+from experiments.params_budget import count_parameters, parameter_count, size_to_budget  # noqa: E402
+from experiments.train import Run, TrainConfig  # noqa: E402
+from parity_tests.harness import group_rnn_parity  # noqa: E402
+from reference.config import GroupRNNConfig  # noqa: E402
 
 log = logging.getLogger("groupstate.demo")
+VOCABULARY = 50  # Penn Treebank characters
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=3.0, help="training time budget")
-    parser.add_argument("--group", default="O")
-    parser.add_argument("--n", type=int, default=16)
-    parser.add_argument("--embedding-dim", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--minutes", type=float, default=5.0, help="about the total time; the group RNN gets 80%%")
+    parser.add_argument("--n", type=int, default=16, help="the O(n) state size")
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--clip", type=float, default=1.0)
-    parser.add_argument("--valid-tokens", type=int, default=40_000, help="validation prefix used for bpc")
-    parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/demo"))
     args = parser.parse_args(argv)
-    if args.minutes <= 0 or args.batch < 1 or args.length < 1 or args.valid_tokens <= args.length:
-        parser.error("--minutes, --batch, --length must be positive and --valid-tokens > --length")
+    if args.minutes <= 0:
+        parser.error("--minutes must be positive")
     return args
+
+
+def train_for(name, config, args, minutes=None, steps=10**9):
+    """Train one model for ``minutes`` or ``steps``, whichever ends first; returns its summary."""
+    train = TrainConfig(model=name, dataset="ptb_char", steps=steps, batch=32, length=64, lr=args.lr,
+                        schedule="constant", eval_every=200, eval_tokens=40_000, checkpoint_every=10**9,
+                        seed=args.seed)
+    fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "vocab_size"}
+    shutil.rmtree(args.out / name, ignore_errors=True)  # the demo starts from scratch every time
+    run = Run(args.out / name, train, fields)
+    run.save_config(["--model", name, "--dataset", "ptb_char"])
+    untrained = run.evaluate("valid")
+    tokens_per_second = run.fit(deadline=None if minutes is None else time.perf_counter() + 60 * minutes)
+    metrics = run.directory / "metrics.jsonl"
+    curve = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    return {"model": name, "parameters": count_parameters(run.model), "steps": run.step,
+            "tokens_per_second": tokens_per_second, "valid_bpc_untrained": untrained,
+            "valid_bpc": run.evaluate("valid"), "curve": curve, "config": dataclasses.asdict(config)}
+
+
+def plot(results, path):
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for result in results:
+        steps = [0] + [point["step"] for point in result["curve"]]
+        bits = [result["valid_bpc_untrained"]] + [point["valid_bits"] for point in result["curve"]]
+        axis.plot(steps, bits, marker=".", label=f"{result['model']} ({result['parameters']:,} parameters)")
+    axis.axhline(math.log2(VOCABULARY), color="grey", linestyle=":", label="uniform")
+    axis.set_xlabel("training step (batch 32 × 64 characters)")
+    axis.set_ylabel("validation bits per character")
+    axis.set_title("Penn Treebank characters")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
 
 
 def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    torch.manual_seed(args.seed)
-    vocabulary, streams = ptb_char()
-    valid = streams["valid"][: args.valid_tokens]
-    config = GroupRNNConfig(vocab_size=len(vocabulary), group=args.group, n=args.n,
-                            embedding_dim=args.embedding_dim)
-    model = GroupRNN(config, generator=torch.Generator().manual_seed(args.seed))
-    parameters = sum(p.numel() * (2 if p.is_complex() else 1) for p in model.parameters())
-    log.info("Penn Treebank characters: %d symbols, %d training tokens", len(vocabulary), len(streams["train"]))
-    log.info("model: %s(%d) group-state RNN, %d real parameters", config.group, config.n, parameters)
+    group_rnn = GroupRNNConfig(vocab_size=VOCABULARY, group="O", n=args.n, embedding_dim=32)
+    lstm = size_to_budget(LSTMConfig(vocab_size=VOCABULARY, hidden_size=1), parameter_count(group_rnn))
+    log.info("O(%d) group RNN: %d parameters; LSTM (hidden %d, embedding %d): %d parameters", args.n,
+             parameter_count(group_rnn), lstm.hidden_size, lstm.embedding_dim or lstm.hidden_size,
+             parameter_count(lstm))
+    first = train_for("group_rnn", group_rnn, args, minutes=0.8 * args.minutes)
+    results = [first, train_for("lstm", lstm, args, steps=first["steps"])]
 
-    untrained = bits_per_token(model, valid, args.length)
-    log.info("validation bpc before training: %.3f (uniform: %.3f)", untrained, math.log2(len(vocabulary)))
-    optimizer = RiemannianAdam(model.parameters(), lr=args.lr)
-    rng = np.random.default_rng(args.seed)
-    curve, step, start = [], 0, time.perf_counter()
-    deadline = start + 60 * args.minutes
-    with tqdm(desc="training", unit="step", total=None) as bar:
-        while time.perf_counter() < deadline:
-            inputs, targets = random_windows(streams["train"], args.batch, args.length, rng)
-            logits, _ = model(inputs)
-            loss = cross_entropy(logits, targets)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-            optimizer.step()
-            step += 1
-            elapsed = time.perf_counter() - start
-            bar.update()
-            bar.set_postfix(bpc=f"{loss.item() / math.log(2):.3f}",
-                            tok_s=f"{step * args.batch * args.length / elapsed:.0f}")
-            if step % args.eval_every == 0:
-                curve.append({"step": step, "seconds": elapsed, "train_bpc": loss.item() / math.log(2),
-                              "valid_bpc": bits_per_token(model, valid, args.length)})
-    elapsed = time.perf_counter() - start
-    trained = bits_per_token(model, valid, args.length)
-    drift = max((p.detach().mH @ p.detach() - torch.eye(config.n)).abs().max().item()
-                for p in (model.cell.initial_state,))
-    log.info("validation bpc: %.3f untrained -> %.3f after %d steps (%.1f min, %.0f tokens/s)",
-             untrained, trained, step, elapsed / 60, step * args.batch * args.length / elapsed)
-
-    parity = group_rnn_parity(config, seed=args.seed, dtype="float32")
-    log.info("parity check for this configuration (float32 vs the reference): %s",
+    log.info("\n%-10s %11s %16s %10s %8s %10s", "model", "parameters", "valid bpc before", "after", "steps",
+             "tokens/s")
+    for r in results:
+        log.info("%-10s %11d %16.3f %10.3f %8d %10.0f", r["model"], r["parameters"], r["valid_bpc_untrained"],
+                 r["valid_bpc"], r["steps"], r["tokens_per_second"])
+    plot(results, args.out / "curves.png")
+    parity = group_rnn_parity(group_rnn, seed=args.seed, dtype="float32")
+    log.info("parity check of the group-RNN configuration (torch float32 vs the reference): %s",
              "pass" if parity["pass"] else "FAIL")
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    record = {"config": dataclasses.asdict(config), "args": {k: str(v) for k, v in vars(args).items()},
-              "parameters": parameters, "steps": step, "seconds": elapsed,
-              "valid_bpc_untrained": untrained, "valid_bpc": trained, "initial_state_drift": drift,
-              "curve": curve, "parity_pass": parity["pass"]}
-    (args.out / "result.json").write_text(json.dumps(record, indent=2))
-    log.info("saved %s", args.out / "result.json")
+    summary = {"results": results, "parity_pass": parity["pass"], "args": {k: str(v) for k, v in vars(args).items()}}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    log.info("curves: %s, summary: %s", args.out / "curves.png", args.out / "summary.json")
     return 0 if parity["pass"] else 1
 
 

@@ -249,12 +249,14 @@ class Run:
         self.model.train()
         return bits
 
-    def fit(self):
+    def fit(self, deadline=None):
+        """Train to ``train.steps`` (or until ``time.perf_counter()`` passes ``deadline``); tokens/s."""
         train, stream = self.train, self.data.streams["train"]
         tokens_per_step = train.batch * train.length
         start, first = time.perf_counter(), self.step
-        with tqdm(total=train.steps, initial=self.step, desc=self.directory.name, unit="step") as bar:
-            while self.step < train.steps:
+        with tqdm(total=train.steps if deadline is None else None, initial=self.step, desc=self.directory.name,
+                  unit="step") as bar:
+            while self.step < train.steps and (deadline is None or time.perf_counter() < deadline):
                 inputs, targets = random_windows(stream, train.batch, train.length, self.rng)
                 logits, _ = self.model(inputs.to(train.device))
                 loss = cross_entropy(logits, targets.to(train.device))
