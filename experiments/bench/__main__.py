@@ -1,0 +1,48 @@
+"""``python -m experiments.bench [--quick]``: every benchmark, ratios measured in one run.
+
+Prints one line per benchmark (ratio, target, met) and saves them with the machine's description
+to ``experiments/results/bench/bench.json`` (``bench_quick.json`` with ``--quick``, small shapes
+for a smoke test). Never used as a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from experiments.bench import exp, group_rnn, mlstm
+
+BENCHMARKS = {"exp": exp.run, "group_rnn": group_rnn.run, "mlstm": mlstm.run}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes and few repetitions (smoke test)")
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), default=sorted(BENCHMARKS))
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
+    args = parser.parse_args(argv)
+    rows, start = [], time.perf_counter()
+    for name in args.only:
+        for result in BENCHMARKS[name](quick=args.quick):
+            rows.append(result)
+            print(f"{'met ' if result['met'] else 'MISS'} {result['ratio']:8.2f} (target {result['op']} "
+                  f"{result['target']:g})  {result['name']}", flush=True)
+    record = {"quick": args.quick, "seconds": time.perf_counter() - start,
+              "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+                          "platform": platform.platform(), "processor": platform.processor()},
+              "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / ("bench_quick.json" if args.quick else "bench.json")
+    path.write_text(json.dumps(record, indent=2))
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

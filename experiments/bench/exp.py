@@ -1,0 +1,27 @@
+"""Group exponential: forward + backward of ``torch.linalg.matrix_exp`` ÷ ours (manifold_impl.linalg.expm)."""
+
+from __future__ import annotations
+
+import torch
+
+from experiments.bench.timing import alternate, row
+from manifold_impl.groups import get_group
+from manifold_impl.linalg import expm
+
+
+def run(quick=False):
+    rows = []
+    for n in (8, 16) if quick else (8, 16, 32):
+        group = get_group("O", n)
+        a = group.random_algebra((64,), generator=torch.Generator().manual_seed(n), dtype=torch.float32)
+        a.requires_grad_(True)
+        weights = torch.randn(64, n, n, generator=torch.Generator().manual_seed(0))
+
+        def step(function):
+            return lambda: (function(a) * weights).sum().backward()
+
+        times = alternate({"torch": step(torch.linalg.matrix_exp), "ours": step(expm)},
+                          repeats=5 if quick else 20)
+        rows.append(row(f"exp O({n}) batch 64 float32 fwd+bwd: matrix_exp / ours", times["torch"] / times["ours"],
+                        ">=", 4.0, seconds=times))
+    return rows

@@ -1,0 +1,75 @@
+"""Training-step throughput of the group RNN ÷ a parameter-matched ``nn.LSTM`` language model, and
+of the reference's training step ÷ the torch one."""
+
+from __future__ import annotations
+
+import autograd
+import numpy as np
+import torch
+
+from experiments.baselines import LSTMConfig
+from experiments.bench.timing import alternate, row
+from experiments.models import build_model
+from experiments.params_budget import parameter_count, size_to_budget
+from manifold_impl.group_rnn import GroupRNN
+from manifold_impl.losses import cross_entropy
+from manifold_impl.optim import RiemannianAdam
+from reference.config import GroupRNNConfig
+from reference.group_rnn import GroupRNN as ReferenceGroupRNN
+from reference.losses import cross_entropy as reference_cross_entropy
+from reference.optim import RiemannianAdam as ReferenceRiemannianAdam
+from reference.optim import ambient_gradients
+
+
+def training_step(model, tokens):
+    optimizer = RiemannianAdam(model.parameters(), lr=1e-3)
+
+    def step():
+        logits, _ = model(tokens[:, :-1])
+        loss = cross_entropy(logits, tokens[:, 1:])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def versus_lstm(quick=False):
+    batch, length = (8, 32) if quick else (32, 128)
+    tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 65, size=(batch, length + 1)))
+    rows = []
+    for group, target in (("O", 0.5), ("U", 0.3)):
+        config = GroupRNNConfig(vocab_size=65, group=group, n=24, embedding_dim=64)
+        lstm = size_to_budget(LSTMConfig(vocab_size=65, hidden_size=1), parameter_count(config))
+        contenders = {"group_rnn": training_step(GroupRNN(config), tokens),
+                      "lstm": training_step(build_model(lstm), tokens)}
+        times = alternate(contenders, repeats=2 if quick else 5)
+        rows.append(row(f"group RNN {group}(24) step tokens/s / LSTM (batch {batch}, length {length})",
+                        times["lstm"] / times["group_rnn"], ">=", target, seconds=times,
+                        parameters={"group_rnn": parameter_count(config), "lstm": parameter_count(lstm)}))
+    return rows
+
+
+def reference_versus_torch(quick=False):
+    config = GroupRNNConfig(vocab_size=20, group="O", n=6, embedding_dim=8)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 20, size=(4, 17))
+    reference = ReferenceGroupRNN(config)
+    params = reference.init_params(rng)
+    optimizer = ReferenceRiemannianAdam(reference.param_spec(), lr=1e-3)
+
+    def loss(p):
+        return reference_cross_entropy(reference.forward(p, tokens[:, :-1])[0], tokens[:, 1:])
+
+    def reference_step():
+        optimizer.step(params, ambient_gradients(autograd.grad(loss)(params)))
+
+    times = alternate({"reference": reference_step,
+                       "torch": training_step(GroupRNN(config, dtype=torch.float64), torch.from_numpy(tokens))},
+                      repeats=2 if quick else 5)
+    return [row("reference training step time / torch (O(6), batch 4, length 16, float64)",
+                times["reference"] / times["torch"], ">=", 50.0, seconds=times)]
+
+
+def run(quick=False):
+    return versus_lstm(quick) + reference_versus_torch(quick)

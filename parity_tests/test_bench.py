@@ -1,0 +1,24 @@
+"""The benchmark suite runs end to end (no timing is asserted: ratios are for the report)."""
+
+import json
+
+import pytest
+
+from experiments.bench.__main__ import main
+from experiments.bench.timing import alternate, row
+
+
+def test_alternate_times_every_contender_and_row_checks_the_target():
+    calls = []
+    times = alternate({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1)
+    assert calls == ["a", "b"] * 4 and set(times) == {"a", "b"}
+    assert row("x", 2.0, ">=", 1.5)["met"] and not row("x", 2.0, "<=", 1.5)["met"]
+
+
+@pytest.mark.slow
+def test_quick_suite_writes_every_row(tmp_path):
+    assert main(["--quick", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "bench_quick.json").read_text())
+    assert {"cpus", "torch", "threads"} <= set(record["machine"])
+    assert len(record["rows"]) == 7
+    assert all({"name", "ratio", "target", "met"} <= set(r) for r in record["rows"])
