@@ -251,17 +251,20 @@ def _svd_case(seed, size=8, rank=5, scale=7.0):
 @pytest.mark.parametrize("steps", [1, 3, 5])
 @pytest.mark.parametrize("coeffs", list(NS_COEFFICIENTS))
 def test_newton_schulz_singular_value_map(backend, coeffs, steps, rank):
-    """NS_k(C) = U diag(p(p(..p(σ/‖C‖_F))) Vᵀ with p(s) = a s + b s³ + c s⁵ (cubic: 1.5 s − 0.5 s³)."""
-    if coeffs == "quintic" and backend.dtype == "float32" and rank < 8:
-        pytest.skip("quintic NS amplifies float32 noise in the null space by 3.4445^k (see tolerances)")
+    """NS_k(C) = U diag(p(p(..p(σ/‖C‖_F))) Vᵀ with p(s) = a s + b s³ + c s⁵ (cubic: 1.5 s − 0.5 s³).
+
+    On a rank-deficient C, rounding noise in the null space grows by p'(0)ᵏ = aᵏ (quintic:
+    3.4445⁵ ≈ 490), so the float32 bound there is scaled by aᵏ.
+    """
     c, u, sigma, v = _svd_case(seed=steps + rank, rank=rank)
     a, b, c5 = NS_COEFFICIENTS[coeffs]
+    atol = READ_CLOSED_FORM_ATOL[backend.dtype] * (a ** steps if backend.dtype == "float32" and rank < 8 else 1)
     s = sigma / np.linalg.norm(c)
     for _ in range(steps):
         s = a * s + b * s ** 3 + c5 * s ** 5
     expected = (u * s) @ v.T
     actual = backend.numpy(_tree(backend).newton_schulz(backend.array(c), steps, coeffs))
-    np.testing.assert_allclose(actual, expected, rtol=0, atol=READ_CLOSED_FORM_ATOL[backend.dtype])
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=atol)
 
 
 def test_newton_schulz_batched_equals_per_matrix(backend):
