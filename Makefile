@@ -15,11 +15,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --no-deps xlstm==2.0.0
 	touch $(STAMP)
 
+# One BLAS thread for the reference's many tiny matrices: spin-waiting OpenBLAS threads slow
+# them down severalfold whenever another process shares the cores.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -q -m slow
 
 demo: $(STAMP)
 	$(PY) -m experiments.demo

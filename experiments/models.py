@@ -6,9 +6,10 @@ Every model maps ``tokens: [B, T]`` to ``(logits [B, T, V], states or None)``.
 from __future__ import annotations
 
 from experiments.baselines import GPTConfig, GPTLanguageModel, LSTMConfig, LSTMLanguageModel
-from reference.config import GroupRNNConfig, MLSTMConfig
+from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
-MODEL_CONFIGS = {"group_rnn": GroupRNNConfig, "mlstm": MLSTMConfig, "lstm": LSTMConfig, "gpt": GPTConfig}
+MODEL_CONFIGS = {"group_rnn": GroupRNNConfig, "group_transformer": GroupTransformerConfig, "mlstm": MLSTMConfig,
+                 "lstm": LSTMConfig, "gpt": GPTConfig}
 
 
 def build_model(config, device=None, dtype=None, generator=None):
@@ -17,6 +18,10 @@ def build_model(config, device=None, dtype=None, generator=None):
         from manifold_impl.group_rnn import GroupRNN
 
         return GroupRNN(config, device=device, dtype=dtype, generator=generator)
+    if isinstance(config, GroupTransformerConfig):
+        from manifold_impl.group_transformer import GroupTransformer
+
+        return GroupTransformer(config, device=device, dtype=dtype, generator=generator)
     if isinstance(config, MLSTMConfig):
         from manifold_impl.mlstm import MLSTM
 

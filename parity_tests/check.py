@@ -1,4 +1,6 @@
-"""Parity check CLI: ``python -m parity_tests.check --model group_rnn --group G --n N --seed S``
+"""Parity check CLI: ``python -m parity_tests.check --model group_rnn --group G --n N --seed S``,
+``python -m parity_tests.check --model group_transformer --attention algebra|similarity --layers L --heads h
+--mixing none|scalar|lowrank [--mixing-rank r] --group G --n N --seed S``
 or ``python -m parity_tests.check --model mlstm --read plain|ns|polar [--ns-steps k] [--vocab V] [--length L]``.
 
 Prints one JSON object (max errors per quantity, tolerances, ``"pass": true|false``) and exits
@@ -12,28 +14,45 @@ import json
 import sys
 import warnings
 
-from reference.config import GROUP_NAMES, MIXINGS, MLSTM_READS, NS_COEFFICIENTS, READOUTS, GroupRNNConfig, MLSTMConfig
+from reference.config import (
+    ATTENTIONS, GROUP_NAMES, MIXINGS, MLSTM_READS, NS_COEFFICIENTS, READOUTS, GroupRNNConfig, GroupTransformerConfig,
+    MLSTMConfig,
+)
+
+MODELS = ("group_rnn", "group_transformer", "mlstm")
+# Options of one model only (default None), refused for the others.
+TRANSFORMER_OPTIONS = ("attention", "layers", "heads", "feedforward", "feedforward_dim")
+RNN_OPTIONS = ("embedding_dim", "recurrent", "reproject_every")
 
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m parity_tests.check", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["group_rnn", "mlstm"], default="group_rnn")
+    parser.add_argument("--model", choices=MODELS, default="group_rnn")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float64")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--length", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=None, help="vocabulary (default 13 for group_rnn, 80 for mlstm)")
+    parser.add_argument("--vocab", type=int, default=None,
+                        help="vocabulary (default 13 for group_rnn and group_transformer, 80 for mlstm)")
     parser.add_argument("--device", default="cpu")
-    rnn = parser.add_argument_group("group_rnn")
-    rnn.add_argument("--group", choices=GROUP_NAMES)
-    rnn.add_argument("--n", type=int)
-    rnn.add_argument("--block", type=int, default=None, help="block size of BO (default 2)")
-    rnn.add_argument("--embedding-dim", type=int, default=16)
-    rnn.add_argument("--readout", choices=READOUTS, default="linear")
-    rnn.add_argument("--recurrent", action=argparse.BooleanOptionalAction, default=True)
+    both = parser.add_argument_group("group_rnn and group_transformer")
+    both.add_argument("--group", choices=GROUP_NAMES)
+    both.add_argument("--n", type=int)
+    both.add_argument("--block", type=int, default=None, help="block size of BO (default 2)")
+    both.add_argument("--readout", choices=READOUTS, default="linear")
+    both.add_argument("--mixing", choices=MIXINGS, default="none")
+    both.add_argument("--mixing-rank", type=int, default=None)
+    rnn = parser.add_argument_group("group_rnn only")
+    rnn.add_argument("--embedding-dim", type=int, default=None, help="default 16")
+    rnn.add_argument("--recurrent", action=argparse.BooleanOptionalAction, default=None, help="default on")
     rnn.add_argument("--reproject-every", type=int, default=None)
-    rnn.add_argument("--mixing", choices=MIXINGS, default="none")
-    rnn.add_argument("--mixing-rank", type=int, default=None)
+    transformer = parser.add_argument_group("group_transformer only")
+    transformer.add_argument("--attention", choices=ATTENTIONS, default=None, help="default algebra")
+    transformer.add_argument("--layers", type=int, default=None, help="default 2")
+    transformer.add_argument("--heads", type=int, default=None, help="default 4")
+    transformer.add_argument("--feedforward", action=argparse.BooleanOptionalAction, default=None,
+                             help="feed-forward sublayers (default on)")
+    transformer.add_argument("--feedforward-dim", type=int, default=None, help="default 4·dim g")
     mlstm = parser.add_argument_group("mlstm")
     mlstm.add_argument("--read", choices=MLSTM_READS, default="plain")
     mlstm.add_argument("--ns-steps", type=int, default=5)
@@ -48,12 +67,28 @@ def build_config(args):
     if args.model == "mlstm":
         return MLSTMConfig(vocab_size=80 if args.vocab is None else args.vocab, read=args.read,
                            ns_steps=args.ns_steps, ns_coeffs=args.ns_coeffs)
+    own = TRANSFORMER_OPTIONS if args.model == "group_transformer" else RNN_OPTIONS
+    foreign = [name for name in TRANSFORMER_OPTIONS + RNN_OPTIONS
+               if name not in own and getattr(args, name) is not None]
+    if foreign:
+        flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
+        raise ValueError(f"not options of --model {args.model}: {flags}")
     if args.group is None or args.n is None:
-        raise ValueError("--model group_rnn needs --group and --n")
+        raise ValueError(f"--model {args.model} needs --group and --n")
+    vocab_size = 13 if args.vocab is None else args.vocab
+    if args.model == "group_transformer":
+        given = {field: getattr(args, option) for field, option in (
+            ("num_layers", "layers"), ("num_heads", "heads"), ("attention", "attention"),
+            ("feedforward", "feedforward")) if getattr(args, option) is not None}  # else the config's defaults
+        return GroupTransformerConfig(
+            vocab_size=vocab_size, group=args.group, n=args.n, block=args.block, **given,
+            feedforward_dim=args.feedforward_dim, readout=args.readout, mixing=args.mixing,
+            mixing_rank=args.mixing_rank)
     return GroupRNNConfig(
-        vocab_size=13 if args.vocab is None else args.vocab, group=args.group, n=args.n, block=args.block,
-        embedding_dim=args.embedding_dim, readout=args.readout, recurrent=args.recurrent,
-        reproject_every=args.reproject_every, mixing=args.mixing, mixing_rank=args.mixing_rank)
+        vocab_size=vocab_size, group=args.group, n=args.n, block=args.block,
+        embedding_dim=16 if args.embedding_dim is None else args.embedding_dim, readout=args.readout,
+        recurrent=True if args.recurrent is None else args.recurrent, reproject_every=args.reproject_every,
+        mixing=args.mixing, mixing_rank=args.mixing_rank)
 
 
 def main(argv=None):
@@ -65,8 +100,9 @@ def main(argv=None):
         return 2
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.jit.script.*is deprecated")
-        from parity_tests import harness, mlstm_harness
-    parity = mlstm_harness.mlstm_parity if args.model == "mlstm" else harness.group_rnn_parity
+        from parity_tests import harness, mlstm_harness, transformer_harness
+    parity = {"group_rnn": harness.group_rnn_parity, "mlstm": mlstm_harness.mlstm_parity,
+              "group_transformer": transformer_harness.group_transformer_parity}[args.model]
     report = parity(config, seed=args.seed, dtype=args.dtype, batch=args.batch, length=args.length,
                     device=args.device)
     print(json.dumps(report, indent=2))

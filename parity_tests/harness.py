@@ -14,7 +14,7 @@ import torch
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from manifold_impl.losses import cross_entropy as torch_cross_entropy
 from manifold_impl.optim import RiemannianAdam as TorchRiemannianAdam
-from parity_tests.tolerances import ADAM_EPS, MEMBERSHIP_ATOL, PARITY
+from parity_tests.tolerances import ADAM_EPS, GRADIENT_FLOOR, MEMBERSHIP_ATOL, PARITY
 from reference.group_rnn import GroupRNN as ReferenceGroupRNN
 from reference.losses import cross_entropy as reference_cross_entropy
 from reference.optim import RiemannianAdam as ReferenceRiemannianAdam
@@ -25,15 +25,30 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 ADAM_LR = 1e-2
 
 
-def relative_error(actual, expected):
-    """max|actual − expected| / max|expected| (absolute when ``expected`` is all zeros)."""
+def relative_error(actual, expected, floor=0.0):
+    """max|actual − expected| / max(max|expected|, floor) (absolute when that scale is 0)."""
     actual = actual.detach().cpu().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual)
     expected = np.asarray(expected)
     if actual.shape != expected.shape:
         raise ValueError(f"shape mismatch: {actual.shape} vs {expected.shape}")
-    scale = np.max(np.abs(expected), initial=0.0)
+    scale = max(float(np.max(np.abs(expected), initial=0.0)), floor)
     err = np.max(np.abs(actual - expected), initial=0.0)
     return float(err / scale) if scale > 0 else float(err)
+
+
+def gradient_errors(grads, ref_grads, dtype):
+    """Compare torch gradients (``{key: tensor or None}``) with the reference's.
+
+    Returns ``(errors, missing, mismatched)``: per-key ``relative_error`` with the floor
+    ``GRADIENT_FLOOR[dtype]`` · (largest |entry| of any reference gradient) — see tolerances —,
+    the keys torch left without a gradient, and the keys not present in both.
+    """
+    missing = sorted(key for key, g in grads.items() if g is None)
+    mismatched = sorted(set(grads) ^ set(ref_grads))
+    floor = GRADIENT_FLOOR[dtype] * max(float(np.max(np.abs(g), initial=0.0)) for g in ref_grads.values())
+    errors = {key: relative_error(grads[key], ref_grads[key], floor)
+              for key in ref_grads if grads.get(key) is not None}
+    return errors, missing, mismatched
 
 
 def to_torch(params, dtype, device):
@@ -46,7 +61,7 @@ def to_torch(params, dtype, device):
     return out
 
 
-def _max_membership_error(group, states):
+def max_membership_error(group, states):
     """Largest |H^H H − I| (compact groups) over ``states: [..., n, n]``; 0 for GL."""
     states = states.detach().cpu().numpy() if isinstance(states, torch.Tensor) else np.asarray(states)
     if not group.is_compact:
@@ -93,10 +108,7 @@ def group_rnn_parity(config, seed=0, dtype="float64", batch=2, length=8, device=
         "stepwise_torch": relative_error(step_logits, logits.detach().cpu().numpy()),
         "stepwise_reference": relative_error(ref_step_logits, ref_logits),
     }
-    missing = sorted(key for key, g in grads.items() if g is None)
-    key_mismatch = sorted(set(grads) ^ set(ref_grads))
-    grad_errors = {key: relative_error(grads[key], ref_grads[key])
-                   for key in ref_grads if key in grads and grads[key] is not None}
+    grad_errors, missing, key_mismatch = gradient_errors(grads, ref_grads, dtype)
 
     # one Riemannian Adam step in each tree from each tree's own gradients
     optimizer = TorchRiemannianAdam(model.parameters(), lr=ADAM_LR, eps=ADAM_EPS[dtype])
@@ -108,9 +120,9 @@ def group_rnn_parity(config, seed=0, dtype="float64", batch=2, length=8, device=
 
     membership_atol = MEMBERSHIP_ATOL[dtype]
     membership = {
-        "states_torch": _max_membership_error(model.group, states),
-        "states_reference": _max_membership_error(reference.group, ref_states),
-        **{f"after_step_torch:{key}": _max_membership_error(model.group, after[key]) for key in group_keys},
+        "states_torch": max_membership_error(model.group, states),
+        "states_reference": max_membership_error(reference.group, ref_states),
+        **{f"after_step_torch:{key}": max_membership_error(model.group, after[key]) for key in group_keys},
     }
     tol = PARITY[dtype]
     checks = {

@@ -20,7 +20,7 @@ import torch
 from manifold_impl.losses import cross_entropy as torch_cross_entropy
 from manifold_impl.mlstm import MLSTM as TorchMLSTM
 from manifold_impl.optim import AdamW as TorchAdamW
-from parity_tests.harness import DTYPES, relative_error, to_torch
+from parity_tests.harness import DTYPES, gradient_errors, relative_error, to_torch
 from parity_tests.tolerances import ADAM_EPS, PARITY, PARITY_NS_QUINTIC
 from reference.losses import cross_entropy as reference_cross_entropy
 from reference.mlstm import MLSTM as ReferenceMLSTM
@@ -83,10 +83,7 @@ def mlstm_parity(config, seed=0, dtype="float64", batch=2, length=8, device="cpu
     skipped = []
     missing, key_mismatch, grad_errors, step_errors = [], [], {}, {}
     if differentiable:
-        missing = sorted(key for key, g in grads.items() if g is None)
-        key_mismatch = sorted(set(grads) ^ set(ref_grads))
-        grad_errors = {key: relative_error(grads[key], ref_grads[key])
-                       for key in ref_grads if key in grads and grads[key] is not None}
+        grad_errors, missing, key_mismatch = gradient_errors(grads, ref_grads, dtype)
         checks["gradients"] = (not missing and not key_mismatch and bool(grad_errors)
                                and max(grad_errors.values()) <= tol["gradient"])
 

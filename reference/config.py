@@ -196,3 +196,120 @@ class MLSTMConfig:
     def head_dim(self):
         """Per-head key/value dimension: inner width / num_heads (48 by default)."""
         return self.inner_dim // self.num_heads
+
+
+# --- Group-state Transformer (SPEC §3) ---------------------------------------------------------
+
+ATTENTIONS = ("algebra", "similarity")
+FEEDFORWARD_EXPANSION = 4  # default feed-forward width: FEEDFORWARD_EXPANSION · dim g
+
+
+def _validate_group_fields(config):
+    """group / n / block / a non-trivial algebra (the checks GroupRNNConfig makes, for any config)."""
+    _require_choice("group", config.group, GROUP_NAMES)
+    _require_int("n", config.n, 1)
+    if config.group == "BO":
+        if config.block is not None:
+            _require_int("block", config.block, 1)
+        block = 2 if config.block is None else config.block
+        if config.n % block:
+            raise ValueError(f"BO needs n divisible by the block size: n={config.n}, block={block}")
+    elif config.block is not None:
+        raise ValueError(f"block={config.block} only applies to group 'BO', not {config.group!r}")
+    if algebra_dim(config.group, config.n, config.block) == 0:
+        raise ValueError(
+            f"{config.group} with n={config.n}{'' if config.block is None else f', block={config.block}'} has a "
+            "0-dimensional Lie algebra: the state could never move; use n >= 2 (or block >= 2)")
+
+
+def _validate_mixing_fields(config):
+    _require_choice("mixing", config.mixing, MIXINGS)
+    if config.mixing == "lowrank":
+        if config.mixing_rank is None:
+            raise ValueError("mixing='lowrank' needs mixing_rank")
+        _require_int("mixing_rank", config.mixing_rank, 1)
+    elif config.mixing_rank is not None:
+        raise ValueError(f"mixing_rank only applies to mixing='lowrank', not {config.mixing!r}")
+
+
+@dataclass(frozen=True)
+class GroupTransformerConfig:
+    """Group-state Transformer language model (SPEC §3); see ``reference/group_transformer.py``.
+
+    Attributes:
+        vocab_size: number of token ids V; inputs must lie in [0, V).
+        group: one of GROUP_NAMES.
+        n: token states are n×n matrices.
+        block: block size b of ``BO`` (default 2); must be None for the other groups.
+        num_layers: L ≥ 1 layers of (attention sublayer, feed-forward sublayer).
+        num_heads: h ≥ 1. Heads are full copies, not slices: every head of ``algebra`` attention
+            has its own query/key/value maps into all dim g coordinates (the head outputs are
+            summed, SPEC §3), and every head of ``similarity`` attention its own inverse
+            temperature β_h and step η_h. So any h works for any group (no divisibility).
+        attention: ``algebra`` (learned q/k/v in the Lie algebra) or ``similarity`` (scores
+            β·Re tr(H_iᴴ H_j), no q/k/v maps).
+        feedforward: include the feed-forward sublayer in every layer (False: attention only).
+        feedforward_dim: hidden width F of the feed-forward MLP (default FEEDFORWARD_EXPANSION ·
+            dim g); must be None when ``feedforward`` is False.
+        readout: ``linear`` (R·realvec(H) + c) or ``prototype`` (τ·Re tr(H^H P_v)).
+        mixing: tangent-space mixing of every sublayer's update (SPEC §4): ``none``, ``scalar``
+            or ``lowrank``.
+        mixing_rank: rank r of ``lowrank`` mixing (required there, None otherwise).
+
+    There is no maximum length: positions enter through the one-parameter subgroup exp(i·Ω),
+    defined for every i.
+    """
+
+    vocab_size: int
+    group: str = "O"
+    n: int = 8
+    block: int | None = None
+    num_layers: int = 2
+    num_heads: int = 4
+    attention: str = "algebra"
+    feedforward: bool = True
+    feedforward_dim: int | None = None
+    readout: str = "linear"
+    mixing: str = "none"
+    mixing_rank: int | None = None
+
+    def __post_init__(self):
+        _require_int("vocab_size", self.vocab_size, 1)
+        _validate_group_fields(self)
+        _require_int("num_layers", self.num_layers, 1)
+        _require_int("num_heads", self.num_heads, 1)
+        _require_choice("attention", self.attention, ATTENTIONS)
+        if not isinstance(self.feedforward, bool):
+            raise TypeError(f"feedforward must be a bool, got {type(self.feedforward).__name__}")
+        if self.feedforward_dim is not None:
+            if not self.feedforward:
+                raise ValueError("feedforward_dim only applies with feedforward=True")
+            _require_int("feedforward_dim", self.feedforward_dim, 1)
+        _require_choice("readout", self.readout, READOUTS)
+        _validate_mixing_fields(self)
+
+    @property
+    def algebra_dim(self):
+        """dim g: the number of coordinates of every update Δ."""
+        return algebra_dim(self.group, self.n, self.block)
+
+    @property
+    def is_complex(self):
+        return self.group in COMPLEX_GROUPS
+
+    @property
+    def state_features(self):
+        """len(realvec(H)): n² real numbers, 2n² for the complex groups."""
+        return self.n * self.n * (2 if self.is_complex else 1)
+
+    @property
+    def feedforward_width(self):
+        """Hidden width F of the feed-forward MLP (0 without the feed-forward sublayer)."""
+        if not self.feedforward:
+            return 0
+        return FEEDFORWARD_EXPANSION * self.algebra_dim if self.feedforward_dim is None else self.feedforward_dim
+
+    @property
+    def num_sublayers(self):
+        """S: sublayers in the whole stack (2 per layer with the feed-forward sublayer, else 1)."""
+        return self.num_layers * (2 if self.feedforward else 1)
