@@ -110,20 +110,9 @@ def group_rnn_parity(config, seed=0, dtype="float64", batch=2, length=8, device=
     }
     grad_errors, missing, key_mismatch = gradient_errors(grads, ref_grads, dtype)
 
-    # one Riemannian Adam step in each tree from each tree's own gradients
-    optimizer = TorchRiemannianAdam(model.parameters(), lr=ADAM_LR, eps=ADAM_EPS[dtype])
-    optimizer.step()
-    stepped = ReferenceRiemannianAdam(spec, lr=ADAM_LR, eps=ADAM_EPS[dtype]).step(params, ref_grads)
-    after = dict(model.named_parameters())
-    step_errors = {key: relative_error(after[key], stepped[key]) for key in stepped}
-    group_keys = [key for key, s in spec.items() if s.group is not None]
-
+    step_errors, membership = step_and_membership(model, reference, spec, params, ref_grads, dtype,
+                                                  states, ref_states)
     membership_atol = MEMBERSHIP_ATOL[dtype]
-    membership = {
-        "states_torch": max_membership_error(model.group, states),
-        "states_reference": max_membership_error(reference.group, ref_states),
-        **{f"after_step_torch:{key}": max_membership_error(model.group, after[key]) for key in group_keys},
-    }
     tol = PARITY[dtype]
     checks = {
         "outputs": max(errors.values()) <= tol["output"],
@@ -144,6 +133,27 @@ def group_rnn_parity(config, seed=0, dtype="float64", batch=2, length=8, device=
         "checks": checks,
         "pass": all(checks.values()),
     }
+
+
+def step_and_membership(model, reference, spec, params, ref_grads, dtype, states, ref_states):
+    """One Riemannian Adam step in each tree from each tree's own gradients (torch's are in
+    ``model``'s ``.grad``), then the distance from G of every state and of every group-valued
+    parameter after the step.
+
+    Returns:
+        (step_errors ``{key: relative error after the step}``, membership ``{what: max error}``).
+    """
+    TorchRiemannianAdam(model.parameters(), lr=ADAM_LR, eps=ADAM_EPS[dtype]).step()
+    stepped = ReferenceRiemannianAdam(spec, lr=ADAM_LR, eps=ADAM_EPS[dtype]).step(params, ref_grads)
+    after = dict(model.named_parameters())
+    step_errors = {key: relative_error(after[key], stepped[key]) for key in stepped}
+    membership = {
+        "states_torch": max_membership_error(model.group, states),
+        "states_reference": max_membership_error(reference.group, ref_states),
+        **{f"after_step_torch:{key}": max_membership_error(model.group, after[key])
+           for key, s in spec.items() if s.group is not None},
+    }
+    return step_errors, membership
 
 
 def _reference_stepped(reference, params, inputs):

@@ -22,12 +22,10 @@ import torch
 
 from manifold_impl.group_transformer import GroupTransformer as TorchGroupTransformer
 from manifold_impl.losses import cross_entropy as torch_cross_entropy
-from manifold_impl.optim import RiemannianAdam as TorchRiemannianAdam
-from parity_tests.harness import ADAM_LR, DTYPES, gradient_errors, max_membership_error, relative_error, to_torch
-from parity_tests.tolerances import ADAM_EPS, MEMBERSHIP_ATOL, PARITY
+from parity_tests.harness import DTYPES, gradient_errors, relative_error, step_and_membership, to_torch
+from parity_tests.tolerances import MEMBERSHIP_ATOL, PARITY
 from reference.group_transformer import GroupTransformer as ReferenceGroupTransformer
 from reference.losses import cross_entropy as reference_cross_entropy
-from reference.optim import RiemannianAdam as ReferenceRiemannianAdam
 from reference.optim import ambient_gradients
 from reference.params import random_params
 
@@ -75,20 +73,9 @@ def group_transformer_parity(config, seed=0, dtype="float64", batch=2, length=6,
     }
     grad_errors, missing, key_mismatch = gradient_errors(grads, ref_grads, dtype)
 
-    # one Riemannian Adam step in each tree from each tree's own gradients
-    optimizer = TorchRiemannianAdam(model.parameters(), lr=ADAM_LR, eps=ADAM_EPS[dtype])
-    optimizer.step()
-    stepped = ReferenceRiemannianAdam(spec, lr=ADAM_LR, eps=ADAM_EPS[dtype]).step(params, ref_grads)
-    after = dict(model.named_parameters())
-    step_errors = {key: relative_error(after[key], stepped[key]) for key in stepped}
-    group_keys = [key for key, s in spec.items() if s.group is not None]
-
+    step_errors, membership = step_and_membership(model, reference, spec, params, ref_grads, dtype,
+                                                  states, ref_states)
     membership_atol = MEMBERSHIP_ATOL[dtype]
-    membership = {
-        "states_torch": max_membership_error(model.group, states),
-        "states_reference": max_membership_error(reference.group, ref_states),
-        **{f"after_step_torch:{key}": max_membership_error(model.group, after[key]) for key in group_keys},
-    }
     tol = PARITY[dtype]
     checks = {
         "outputs": max(errors.values()) <= tol["output"],

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import autograd.numpy as anp
 import numpy as np
 
 from reference.linalg import frobenius_inner, realvec
