@@ -42,8 +42,55 @@ def _require_choice(name, value, choices):
         raise ValueError(f"unknown {name} {value!r}; choose one of {list(choices)}")
 
 
+def _validate_group_fields(config):
+    """group / n / block, and a Lie algebra of positive dimension, of a group-state model config."""
+    _require_choice("group", config.group, GROUP_NAMES)
+    _require_int("n", config.n, 1)
+    if config.group == "BO":
+        if config.block is not None:
+            _require_int("block", config.block, 1)
+        block = 2 if config.block is None else config.block
+        if config.n % block:
+            raise ValueError(f"BO needs n divisible by the block size: n={config.n}, block={block}")
+    elif config.block is not None:
+        raise ValueError(f"block={config.block} only applies to group 'BO', not {config.group!r}")
+    if algebra_dim(config.group, config.n, config.block) == 0:
+        raise ValueError(
+            f"{config.group} with n={config.n}{'' if config.block is None else f', block={config.block}'} has a "
+            "0-dimensional Lie algebra: the state could never move; use n >= 2 (or block >= 2)")
+
+
+def _validate_mixing_fields(config):
+    """mixing and mixing_rank of a group-state model config."""
+    _require_choice("mixing", config.mixing, MIXINGS)
+    if config.mixing == "lowrank":
+        if config.mixing_rank is None:
+            raise ValueError("mixing='lowrank' needs mixing_rank")
+        _require_int("mixing_rank", config.mixing_rank, 1)
+    elif config.mixing_rank is not None:
+        raise ValueError(f"mixing_rank only applies to mixing='lowrank', not {config.mixing!r}")
+
+
+class _GroupState:
+    """Properties shared by the configs of the group-state models (fields group, n, block)."""
+
+    @property
+    def algebra_dim(self):
+        """dim g: the number of coordinates of every update."""
+        return algebra_dim(self.group, self.n, self.block)
+
+    @property
+    def is_complex(self):
+        return self.group in COMPLEX_GROUPS
+
+    @property
+    def state_features(self):
+        """len(realvec(H)): n² real numbers, 2n² for the complex groups."""
+        return self.n * self.n * (2 if self.is_complex else 1)
+
+
 @dataclass(frozen=True)
-class GroupRNNConfig:
+class GroupRNNConfig(_GroupState):
     """Group-state RNN language model (SPEC §2).
 
     Attributes:
@@ -72,47 +119,14 @@ class GroupRNNConfig:
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
-        _require_choice("group", self.group, GROUP_NAMES)
-        _require_int("n", self.n, 1)
-        if self.group == "BO":
-            if self.block is not None:
-                _require_int("block", self.block, 1)
-            block = 2 if self.block is None else self.block
-            if self.n % block:
-                raise ValueError(f"BO needs n divisible by the block size: n={self.n}, block={block}")
-        elif self.block is not None:
-            raise ValueError(f"block={self.block} only applies to group 'BO', not {self.group!r}")
-        if self.algebra_dim == 0:
-            raise ValueError(
-                f"{self.group} with n={self.n}{'' if self.block is None else f', block={self.block}'} has a "
-                "0-dimensional Lie algebra: the state could never move; use n >= 2 (or block >= 2)")
+        _validate_group_fields(self)
         _require_int("embedding_dim", self.embedding_dim, 1)
         _require_choice("readout", self.readout, READOUTS)
         if not isinstance(self.recurrent, bool):
             raise TypeError(f"recurrent must be a bool, got {type(self.recurrent).__name__}")
         if self.reproject_every is not None:
             _require_int("reproject_every", self.reproject_every, 1)
-        _require_choice("mixing", self.mixing, MIXINGS)
-        if self.mixing == "lowrank":
-            if self.mixing_rank is None:
-                raise ValueError("mixing='lowrank' needs mixing_rank")
-            _require_int("mixing_rank", self.mixing_rank, 1)
-        elif self.mixing_rank is not None:
-            raise ValueError(f"mixing_rank only applies to mixing='lowrank', not {self.mixing!r}")
-
-    @property
-    def algebra_dim(self):
-        """dim g: the number of coordinates the cell produces per step."""
-        return algebra_dim(self.group, self.n, self.block)
-
-    @property
-    def is_complex(self):
-        return self.group in COMPLEX_GROUPS
-
-    @property
-    def state_features(self):
-        """len(realvec(H)): n² real numbers, 2n² for the complex groups."""
-        return self.n * self.n * (2 if self.is_complex else 1)
+        _validate_mixing_fields(self)
 
 
 # --- mLSTM (SPEC §5) ---------------------------------------------------------------------------
@@ -204,36 +218,8 @@ ATTENTIONS = ("algebra", "similarity")
 FEEDFORWARD_EXPANSION = 4  # default feed-forward width: FEEDFORWARD_EXPANSION · dim g
 
 
-def _validate_group_fields(config):
-    """group / n / block / a non-trivial algebra (the checks GroupRNNConfig makes, for any config)."""
-    _require_choice("group", config.group, GROUP_NAMES)
-    _require_int("n", config.n, 1)
-    if config.group == "BO":
-        if config.block is not None:
-            _require_int("block", config.block, 1)
-        block = 2 if config.block is None else config.block
-        if config.n % block:
-            raise ValueError(f"BO needs n divisible by the block size: n={config.n}, block={block}")
-    elif config.block is not None:
-        raise ValueError(f"block={config.block} only applies to group 'BO', not {config.group!r}")
-    if algebra_dim(config.group, config.n, config.block) == 0:
-        raise ValueError(
-            f"{config.group} with n={config.n}{'' if config.block is None else f', block={config.block}'} has a "
-            "0-dimensional Lie algebra: the state could never move; use n >= 2 (or block >= 2)")
-
-
-def _validate_mixing_fields(config):
-    _require_choice("mixing", config.mixing, MIXINGS)
-    if config.mixing == "lowrank":
-        if config.mixing_rank is None:
-            raise ValueError("mixing='lowrank' needs mixing_rank")
-        _require_int("mixing_rank", config.mixing_rank, 1)
-    elif config.mixing_rank is not None:
-        raise ValueError(f"mixing_rank only applies to mixing='lowrank', not {config.mixing!r}")
-
-
 @dataclass(frozen=True)
-class GroupTransformerConfig:
+class GroupTransformerConfig(_GroupState):
     """Group-state Transformer language model (SPEC §3); see ``reference/group_transformer.py``.
 
     Attributes:
@@ -287,20 +273,6 @@ class GroupTransformerConfig:
             _require_int("feedforward_dim", self.feedforward_dim, 1)
         _require_choice("readout", self.readout, READOUTS)
         _validate_mixing_fields(self)
-
-    @property
-    def algebra_dim(self):
-        """dim g: the number of coordinates of every update Δ."""
-        return algebra_dim(self.group, self.n, self.block)
-
-    @property
-    def is_complex(self):
-        return self.group in COMPLEX_GROUPS
-
-    @property
-    def state_features(self):
-        """len(realvec(H)): n² real numbers, 2n² for the complex groups."""
-        return self.n * self.n * (2 if self.is_complex else 1)
 
     @property
     def feedforward_width(self):
