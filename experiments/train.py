@@ -205,6 +205,7 @@ class Run:
         self.optimizers = Optimizers(self.model, train)
         self.rng = np.random.default_rng(train.seed)
         self.step = 0
+        self.train_seconds = 0.0  # wall time spent in fit, this process
 
     @property
     def checkpoint_path(self):
@@ -273,13 +274,14 @@ class Run:
                                "valid_bits": self.evaluate("valid"), "drift": group_drift(self.model)})
                 if self.step % train.checkpoint_every == 0 or self.step == train.steps:
                     self.save_checkpoint()
+        self.train_seconds += time.perf_counter() - start
         return (self.step - first) * tokens_per_step / max(time.perf_counter() - start, 1e-9)
 
     def finish(self, tokens_per_second):
         split = "test" if "test" in self.data.streams else "valid"  # Tiny Shakespeare has no test split
         test_bits = self.evaluate(split)
         result = {"step": self.step, "test_split": split, "test_bits_per_token": test_bits,
-                  "tokens_per_second": tokens_per_second,
+                  "tokens_per_second": tokens_per_second, "train_seconds": self.train_seconds,
                   "parameters": sum(p.numel() * (2 if p.is_complex() else 1) for p in self.model.parameters()),
                   "drift": group_drift(self.model)}
         if self.word_level:

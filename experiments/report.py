@@ -1,0 +1,101 @@
+"""Report a sweep: ``python -m experiments.report DIR``.
+
+Groups the finished runs under DIR (directories holding ``final.json``) into arms — a run's name
+without its ``-seed<k>`` suffix — and writes next to them ``report.md`` (per arm: runs,
+parameters, final test bits per token as mean ± 95% t-interval over seeds, tokens/s, training
+wall time) and ``report_curves.png`` / ``report_drift.png`` (validation bits and state drift
+against the step, mean over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from experiments.stats import mean_ci  # noqa: E402
+
+
+def arm_of(name):
+    """``o-rnn-seed3`` -> ``o-rnn``."""
+    return re.sub(r"-seed\d+$", "", name)
+
+
+def load_runs(directory):
+    """``{arm: [run]}`` with each run's name, final.json and metrics.jsonl."""
+    arms = defaultdict(list)
+    for final in sorted(Path(directory).glob("*/final.json")):
+        run_dir = final.parent
+        metrics = run_dir / "metrics.jsonl"
+        arms[arm_of(run_dir.name)].append({
+            "name": run_dir.name, "final": json.loads(final.read_text()),
+            "metrics": [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []})
+    if not arms:
+        raise ValueError(f"no finished runs (*/final.json) under {directory}")
+    return dict(arms)
+
+
+def table(arms):
+    lines = ["| arm | runs | parameters | test bits/token (mean ± 95% CI) | tokens/s | train time (s) |",
+             "|---|---|---|---|---|---|"]
+    for arm, runs in arms.items():
+        mean, half = mean_ci([r["final"]["test_bits_per_token"] for r in runs])
+        interval = f"{mean:.4f} ± {half:.4f}" if np.isfinite(half) else f"{mean:.4f} (one run)"
+        parameters = sorted({r["final"]["parameters"] for r in runs})
+        speed = np.mean([r["final"]["tokens_per_second"] for r in runs])
+        seconds = np.mean([r["final"].get("train_seconds", np.nan) for r in runs])
+        lines.append(f"| {arm} | {len(runs)} | {', '.join(f'{p:,}' for p in parameters)} | {interval} | "
+                     f"{speed:,.0f} | {seconds:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(arms, key, ylabel, path, log=False):
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for arm, runs in arms.items():
+        steps = sorted({m["step"] for r in runs for m in r["metrics"]})
+        if not steps:
+            continue
+        values = np.array([np.mean([m[key] for r in runs for m in r["metrics"] if m["step"] == s]) for s in steps])
+        shown = values > 0 if log else np.ones(len(values), dtype=bool)  # a log axis cannot show 0
+        if shown.any():
+            axis.plot(np.array(steps)[shown], values[shown], marker=".", label=arm)
+    axis.set_xlabel("step")
+    axis.set_ylabel(ylabel)
+    if log and axis.lines:
+        axis.set_yscale("log")
+    if axis.lines:
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def report(directory):
+    """Write report.md and the plots into ``directory``; returns the Markdown."""
+    directory = Path(directory)
+    arms = load_runs(directory)
+    markdown = f"# Report: {directory.name}\n\n" + table(arms)
+    (directory / "report.md").write_text(markdown)
+    plot(arms, "valid_bits", "validation bits per token (mean over seeds)", directory / "report_curves.png")
+    plot(arms, "drift", "max |xᴴx − I| of group-valued parameters", directory / "report_drift.png", log=True)
+    return markdown
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path)
+    args = parser.parse_args(argv)
+    print(report(args.directory))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+"""Summary statistics for results over seeds (t-distribution confidence intervals)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.stats
+
+
+def mean_ci(values, confidence=0.95):
+    """Mean and half-width of its two-sided t confidence interval: ``(mean, half_width)``.
+
+    ``half_width = t_{(1+confidence)/2, k−1} · s / √k`` with the sample standard deviation s of the
+    k values; NaN for a single value (no spread to estimate).
+    """
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"expected a non-empty 1-D sequence of values, got shape {values.shape}")
+    mean = float(values.mean())
+    if values.size == 1:
+        return mean, math.nan
+    quantile = scipy.stats.t.ppf(0.5 + confidence / 2, df=values.size - 1)
+    return mean, float(quantile * values.std(ddof=1) / math.sqrt(values.size))
+
+
+def paired_difference_ci(first, second, confidence=0.95):
+    """Mean and CI half-width of ``first − second`` paired by position (e.g. by seed)."""
+    first, second = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
+    if first.shape != second.shape:
+        raise ValueError(f"paired values need equal shapes, got {first.shape} and {second.shape}")
+    return mean_ci(first - second, confidence)

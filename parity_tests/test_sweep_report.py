@@ -1,0 +1,54 @@
+"""Sweeps (local process pool, skip finished runs, survive a failing one), reports and statistics."""
+
+import json
+import math
+
+import pytest
+import scipy.stats
+
+from experiments.report import arm_of, report
+from experiments.stats import mean_ci, paired_difference_ci
+from experiments.sweep import run_sweep
+
+
+def test_mean_ci_on_known_values():
+    mean, half = mean_ci([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert half == pytest.approx(4.302652729911275 / math.sqrt(3))  # t_{0.975, 2} · s / √3, s = 1
+    assert math.isnan(mean_ci([5.0])[1])
+    mean, half = paired_difference_ci([3.0, 5.0, 7.0, 9.0], [1.0, 2.0, 3.0, 4.0])  # differences 2, 3, 4, 5
+    assert mean == 3.5
+    assert half == pytest.approx(scipy.stats.t.ppf(0.975, 3) * math.sqrt(5 / 3) / 2)
+    with pytest.raises(ValueError, match="equal shapes"):
+        paired_difference_ci([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="non-empty"):
+        mean_ci([])
+
+
+SWEEP = '''
+from experiments.sweep import SweepRun
+
+TINY = {"group": "SO", "n": 3, "embedding_dim": 4, "steps": 3, "batch": 2, "length": 8,
+        "eval_every": 3, "eval_tokens": 50, "checkpoint_every": 3}
+RUNS = [SweepRun(f"so3-seed{seed}", "group_rnn", "ptb_char", {**TINY, "seed": seed}) for seed in (0, 1)]
+RUNS.append(SweepRun("broken-seed0", "group_rnn", "ptb_char", {**TINY, "group": "Sp"}))
+'''
+
+
+def test_sweep_runs_skips_and_survives_a_failure_and_the_report_summarizes(tmp_path):
+    sweep = tmp_path / "tiny.py"
+    sweep.write_text(SWEEP)
+    out = tmp_path / "runs"
+    status = run_sweep(sweep, out, workers=2)
+    assert {name: s["status"] for name, s in status.items()} == {
+        "so3-seed0": "done", "so3-seed1": "done", "broken-seed0": "failed"}
+    assert "unknown group 'Sp'" in (out / "broken-seed0" / "error.txt").read_text()
+    assert json.loads((out / "sweep.json").read_text())["runs"]["broken-seed0"]["status"] == "failed"
+
+    again = run_sweep(sweep, out, workers=1)
+    assert again["so3-seed0"]["status"] == "skipped (complete)" and again["broken-seed0"]["status"] == "failed"
+
+    markdown = report(out)
+    assert "| so3 | 2 |" in markdown and "±" in markdown and "broken" not in markdown
+    assert (out / "report_curves.png").stat().st_size > 0 and (out / "report_drift.png").stat().st_size > 0
+    assert arm_of("o-rnn-seed12") == "o-rnn"
