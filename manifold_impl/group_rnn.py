@@ -59,14 +59,14 @@ class GroupRNNCell(nn.Module):
         group, every = self.group, self.config.reproject_every
         drive = self.input_map(embedded)  # [B, T, dim], all steps at once
         if self.state_map is None:
-            steps = group.exp(group.hat(self.mixing(drive)))  # [B, T, n, n], one batched call
+            drive = group.exp(group.hat(self.mixing(drive)))  # [B, T, n, n]: every update in one call
+        # unbind, not drive[:, t]: the backward of T slices would zero-fill T full-size tensors
         states = []
-        for t in range(embedded.shape[1]):
+        for t, step in enumerate(drive.unbind(dim=1)):
             if self.state_map is None:
-                update = steps[:, t]
+                update = step
             else:
-                c = drive[:, t] + self.state_map(realvec(state))
-                update = group.exp(group.hat(self.mixing(c)))
+                update = group.exp(group.hat(self.mixing(step + self.state_map(realvec(state)))))
             state = group.mul(state, update)
             if every is not None and (position + t + 1) % every == 0:
                 fixed = state.detach()
