@@ -1,0 +1,44 @@
+"""Noisy-recall training runs (experiments/recall.py): a few-step smoke run of both reads."""
+
+import json
+
+import pytest
+
+from experiments.recall import RecallConfig, learning_rate_factor, main
+
+TINY = ["--vocab-size", "24", "--length", "16", "--steps", "4", "--batch", "4", "--valid-sequences", "6",
+        "--eval-every", "2"]
+
+
+@pytest.mark.parametrize("read, schedule", [("plain", "cosine"), ("ns", "constant")])
+def test_a_few_steps_of_each_read_write_the_run(tmp_path, read, schedule):
+    directory = tmp_path / read
+    assert main([*TINY, "--read", read, "--schedule", schedule, "--run-dir", str(directory)]) == 0
+    metrics = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [2, 4]
+    assert all(0.0 <= m["valid_accuracy"] <= 1.0 for m in metrics)
+    assert json.loads((directory / "config.json").read_text())["read"] == read
+    assert json.loads((directory / "final.json").read_text())["valid_accuracy"] == metrics[-1]["valid_accuracy"]
+
+
+def test_the_same_seed_repeats_the_run(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for directory in (first, second):
+        main([*TINY, "--seed", "3", "--run-dir", str(directory)])
+    assert (first / "metrics.jsonl").read_text() == (second / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"length": 15}, "length"), ({"frac_noise": 1.0}, "frac_noise"), ({"read": "svd"}, "read"),
+    ({"schedule": "linear"}, "schedule"), ({"steps": 0}, "steps"),
+], ids=["odd-length", "frac-noise", "read", "schedule", "steps"])
+def test_invalid_runs_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        RecallConfig(**fields)
+
+
+def test_schedules():
+    cosine, constant = RecallConfig(steps=10), RecallConfig(steps=10, schedule="constant")
+    assert learning_rate_factor(cosine, 0) == 1.0 and learning_rate_factor(cosine, 10) == pytest.approx(0.0)
+    assert learning_rate_factor(cosine, 5) == pytest.approx(0.5)
+    assert {learning_rate_factor(constant, s) for s in range(10)} == {1.0}
