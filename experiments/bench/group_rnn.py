@@ -9,10 +9,10 @@ import torch
 
 from experiments.baselines import LSTMConfig
 from experiments.bench.timing import alternate, row
+from experiments.bench.timing import training_step as timed_step
 from experiments.models import build_model
 from experiments.params_budget import parameter_count, size_to_budget
 from manifold_impl.group_rnn import GroupRNN
-from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
 from reference.config import GroupRNNConfig
 from reference.group_rnn import GroupRNN as ReferenceGroupRNN
@@ -22,16 +22,7 @@ from reference.optim import ambient_gradients
 
 
 def training_step(model, tokens):
-    optimizer = RiemannianAdam(model.parameters(), lr=1e-3)
-
-    def step():
-        logits, _ = model(tokens[:, :-1])
-        loss = cross_entropy(logits, tokens[:, 1:])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-    return step
+    return timed_step(model, RiemannianAdam(model.parameters(), lr=1e-3), tokens)
 
 
 def versus_lstm(quick=False):

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from experiments.bench.timing import alternate, row
-from manifold_impl.losses import cross_entropy
+from experiments.bench.timing import training_step as timed_step
 from manifold_impl.mlstm import MLSTM, newton_schulz
 from manifold_impl.optim import AdamW
 from reference.config import MLSTMConfig
@@ -22,15 +22,7 @@ def training_step(read, batch, length):
     model = MLSTM(MLSTMConfig(vocab_size=80, read=read), generator=torch.Generator().manual_seed(0))
     optimizer = AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 80, size=(batch, length + 1)))
-
-    def step():
-        logits, _ = model(tokens[:, :-1])
-        loss = cross_entropy(logits, tokens[:, 1:])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-    return step
+    return timed_step(model, optimizer, tokens)
 
 
 def bare_newton_schulz(count, head_dim=48):

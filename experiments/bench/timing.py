@@ -33,3 +33,17 @@ def row(name, ratio, op, target, **details):
     """One benchmark row: ``met`` is ``ratio op target`` with op '>=' or '<='."""
     met = ratio >= target if op == ">=" else ratio <= target
     return {"name": name, "ratio": ratio, "target": target, "op": op, "met": bool(met), **details}
+
+
+def training_step(model, optimizer, tokens):
+    """A zero-argument callable: one language-model training step on ``tokens: [B, T + 1]``."""
+    from manifold_impl.losses import cross_entropy
+
+    def step():
+        logits, _ = model(tokens[:, :-1])
+        loss = cross_entropy(logits, tokens[:, 1:])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
