@@ -28,7 +28,7 @@ moves in steps of ``num_heads``, and at a large vocabulary the LSTM's count is d
 embedding and head, linear in H. Pass ``free=`` to choose other fields (one or two of a family's
 searchable fields, ``SEARCHABLE``); with one field a miss is an error.
 
-    >>> from reference.config import GroupRNNConfig
+    >>> from reference.config import GroupRNNConfig, GroupTransformerConfig
     >>> config = size_to_budget(GroupRNNConfig(vocab_size=65, group="O"), 100_000)
     >>> config.n, config.embedding_dim, parameter_count(config)
     (19, 60, 99953)
@@ -41,7 +41,7 @@ import math
 import numbers
 
 from experiments.baselines import GPTConfig, LSTMConfig
-from reference.config import GroupRNNConfig
+from reference.config import GroupRNNConfig, GroupTransformerConfig
 
 TOLERANCE = 0.02
 MAX_SIZE = 1 << 16  # largest value any searched size field may take
@@ -87,18 +87,24 @@ _COUNTS = {LSTMConfig: _lstm_count, GPTConfig: _gpt_count, GroupRNNConfig: _grou
 
 
 def parameter_count(config):
-    """Real parameters of the model ``config`` describes (closed form; equals ``count_parameters``
-    of the built model, which the tests check for every family and option)."""
-    if type(config) not in _COUNTS:
+    """Real parameters of the model ``config`` describes: a closed form for the LSTM, GPT and
+    group-RNN configs (equal to ``count_parameters`` of the built model, tested for every family
+    and option); any other model of ``experiments.models`` is built on the ``meta`` device (no
+    memory, no arithmetic) and counted."""
+    if type(config) in _COUNTS:
+        return _COUNTS[type(config)](config)
+    from experiments.models import MODEL_CONFIGS, build_model
+
+    if type(config) not in MODEL_CONFIGS.values():
         raise TypeError(f"no parameter count for {type(config).__name__}; expected one of "
-                        f"{[c.__name__ for c in _COUNTS]}")
-    return _COUNTS[type(config)](config)
+                        f"{[c.__name__ for c in MODEL_CONFIGS.values()]}")
+    return count_parameters(build_model(config, device="meta"))
 
 
 # --- search ------------------------------------------------------------------------------------
 
 SEARCHABLE = {LSTMConfig: ("hidden_size", "embedding_dim"), GPTConfig: ("width", "mlp_width"),
-              GroupRNNConfig: ("n", "embedding_dim")}
+              GroupRNNConfig: ("n", "embedding_dim"), GroupTransformerConfig: ("n", "feedforward_dim")}
 DEFAULT_FREE = SEARCHABLE  # (coarse, fine) per family
 
 
@@ -110,12 +116,14 @@ def _axis(config, field):
         return config.num_heads, config.num_heads, MAX_SIZE
     if isinstance(config, GPTConfig) and field == "mlp_width":
         return 2 * config.width, 1, 6 * config.width
-    if isinstance(config, GroupRNNConfig) and field == "n":
+    if isinstance(config, (GroupRNNConfig, GroupTransformerConfig)) and field == "n":
         if config.group == "BO":
             block = 2 if config.block is None else config.block
             return block, block, MAX_SIZE
         return (2 if config.group in ("O", "SO", "SU") else 1), 1, MAX_SIZE
     if isinstance(config, GroupRNNConfig) and field == "embedding_dim":
+        return 1, 1, MAX_SIZE
+    if isinstance(config, GroupTransformerConfig) and field == "feedforward_dim":
         return 1, 1, MAX_SIZE
     raise ValueError(f"{field!r} is not a searchable size of {type(config).__name__}; choose from "
                      f"{list(SEARCHABLE[type(config)])}")
@@ -155,7 +163,8 @@ def _natural(config, field):
     """The value ``field`` has in ``config`` once its None default is resolved."""
     value = getattr(config, field)
     if value is None:
-        value = {"mlp_width": "mlp_hidden", "embedding_dim": "embedding_width"}[field]
+        value = {"mlp_width": "mlp_hidden", "embedding_dim": "embedding_width",
+                 "feedforward_dim": "feedforward_width"}[field]
         value = getattr(config, value)
     return value
 

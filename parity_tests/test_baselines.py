@@ -235,3 +235,14 @@ def test_sizing_errors(case):
     template, target, options, error, message = case
     with pytest.raises(error, match=message):
         size_to_budget(template, target, **options)
+
+
+@pytest.mark.parametrize("attention", ["algebra", "similarity"])
+def test_group_transformer_is_sized_by_counting_the_built_model(attention):
+    from reference.config import GroupTransformerConfig
+
+    config = size_to_budget(GroupTransformerConfig(vocab_size=50, group="U", num_layers=2, num_heads=2,
+                                                   attention=attention), 100_000)
+    count = count_parameters(build_model(config, generator=torch.Generator().manual_seed(0)))
+    assert count == parameter_count(config)
+    assert abs(count - 100_000) <= TOLERANCE * 100_000
