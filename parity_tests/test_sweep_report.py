@@ -52,3 +52,22 @@ def test_sweep_runs_skips_and_survives_a_failure_and_the_report_summarizes(tmp_p
     assert "| so3 | 2 |" in markdown and "±" in markdown and "broken" not in markdown
     assert (out / "report_curves.png").stat().st_size > 0 and (out / "report_drift.png").stat().st_size > 0
     assert arm_of("o-rnn-seed12") == "o-rnn"
+
+
+@pytest.mark.parametrize("name, vocab_size", [("charlm_ptb", 50), ("charlm_tinyshakespeare", 65)])
+def test_the_study_sweeps_hold_matched_arms(name, vocab_size):
+    from pathlib import Path
+
+    from experiments.models import MODEL_CONFIGS
+    from experiments.train import split_overrides
+    from experiments.params_budget import TOLERANCE, parameter_count
+    from experiments.sweep import load_runs
+    from experiments.sweeps.charlm import BUDGET, SEEDS
+
+    runs = load_runs(Path(__file__).resolve().parents[1] / "experiments" / "sweeps" / f"{name}.py")
+    assert len(runs) == 12 * len(SEEDS)
+    for run in runs[::len(SEEDS)]:
+        argv = run.argv("unused")[4:-2]  # the --key value pairs the sweep passes to experiments.train
+        model_fields, _ = split_overrides(run.model, argv)  # parses, as the training CLI will
+        count = parameter_count(MODEL_CONFIGS[run.model](vocab_size=vocab_size, **model_fields))
+        assert abs(count - BUDGET) <= TOLERANCE * BUDGET, run.name
