@@ -104,4 +104,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run the imported module's main: sweep files build ``experiments.sweep.SweepRun``, which is
+    # not this ``__main__`` module's class of the same name.
+    from experiments.sweep import main as sweep_main
+
+    raise SystemExit(sweep_main())

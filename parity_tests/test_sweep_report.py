@@ -2,6 +2,8 @@
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import scipy.stats
@@ -47,6 +49,10 @@ def test_sweep_runs_skips_and_survives_a_failure_and_the_report_summarizes(tmp_p
 
     again = run_sweep(sweep, out, workers=1)
     assert again["so3-seed0"]["status"] == "skipped (complete)" and again["broken-seed0"]["status"] == "failed"
+
+    cli = subprocess.run([sys.executable, "-m", "experiments.sweep", str(sweep), "--out", str(out)],
+                         capture_output=True, text=True, check=False)
+    assert cli.returncode == 1 and json.loads(cli.stdout.splitlines()[-1]) == {"runs": 3, "failed": ["broken-seed0"]}
 
     markdown = report(out)
     assert "| so3 | 2 |" in markdown and "±" in markdown and "broken" not in markdown
