@@ -31,7 +31,7 @@ def _ptb_word():
 
 
 def _tinyshakespeare():
-    from experiments.data.tinyshakespeare import tiny_shakespeare
+    from experiments.data.shakespeare import tiny_shakespeare
 
     vocabulary, streams = tiny_shakespeare()
     return TokenDataset("tinyshakespeare", tuple(vocabulary), streams)

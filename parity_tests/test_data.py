@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from experiments.data.ptb import EOS, SPLITS as PTB_SPLITS, ptb_char, ptb_text, ptb_word
-from experiments.data.tinyshakespeare import (
+from experiments.data.shakespeare import (
     CACHE_DIR_VARIABLE,
     DATA_DIR_VARIABLE,
     TINY_SHAKESPEARE_SHA256,

