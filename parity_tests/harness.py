@@ -70,24 +70,34 @@ def max_membership_error(group, states):
     return float(np.max(np.abs(gram - np.eye(group.n)), initial=0.0))
 
 
+def draw_problem(reference, vocab_size, seed, batch, length):
+    """Generic parameters of ``reference``'s spec and a batch of tokens, all from ``seed``:
+    ``(params, inputs [batch, length], targets [batch, length])``."""
+    rng = np.random.default_rng(seed)
+    params = random_params(reference.param_spec(), rng)
+    tokens = rng.integers(0, vocab_size, size=(batch, length + 1))
+    return params, tokens[:, :-1], tokens[:, 1:]
+
+
+def reference_loss_and_grads(reference, params, inputs, targets):
+    """The reference's cross-entropy and its ambient gradients (autograd, conjugation undone)."""
+    def loss(p):
+        return reference_cross_entropy(reference.forward(p, inputs)[0], targets)
+
+    value, grads = autograd.value_and_grad(loss)(params)
+    return value, ambient_gradients(grads)
+
+
 def group_rnn_parity(config, seed=0, dtype="float64", batch=2, length=8, device="cpu"):
     """Compare the reference and torch group RNN on ``config``; returns a JSON-ready dict."""
     torch_dtype = DTYPES[dtype]
-    rng = np.random.default_rng(seed)
     reference = ReferenceGroupRNN(config)
     spec = reference.param_spec()
-    params = random_params(spec, rng)
-    tokens = rng.integers(0, config.vocab_size, size=(batch, length + 1))
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    params, inputs, targets = draw_problem(reference, config.vocab_size, seed, batch, length)
 
     # reference, float64
     ref_logits, ref_states = reference.forward(params, inputs)
-
-    def ref_loss_fn(p):
-        return reference_cross_entropy(reference.forward(p, inputs)[0], targets)
-
-    ref_loss, ref_grads = autograd.value_and_grad(ref_loss_fn)(params)
-    ref_grads = ambient_gradients(ref_grads)
+    ref_loss, ref_grads = reference_loss_and_grads(reference, params, inputs, targets)
     ref_step_logits = _reference_stepped(reference, params, inputs)
 
     # torch

@@ -13,19 +13,17 @@ under ``"skipped"``.
 
 from __future__ import annotations
 
-import autograd
 import numpy as np
 import torch
 
 from manifold_impl.losses import cross_entropy as torch_cross_entropy
 from manifold_impl.mlstm import MLSTM as TorchMLSTM
 from manifold_impl.optim import AdamW as TorchAdamW
-from parity_tests.harness import DTYPES, gradient_errors, relative_error, to_torch
+from parity_tests.harness import DTYPES, draw_problem, gradient_errors, reference_loss_and_grads, relative_error, to_torch
 from parity_tests.tolerances import ADAM_EPS, PARITY, PARITY_NS_QUINTIC
 from reference.losses import cross_entropy as reference_cross_entropy
 from reference.mlstm import MLSTM as ReferenceMLSTM
 from reference.optim import AdamW as ReferenceAdamW
-from reference.params import random_params
 
 ADAMW_LR = 1e-2
 ADAMW_WEIGHT_DECAY = 0.01
@@ -39,21 +37,15 @@ def mlstm_parity(config, seed=0, dtype="float64", batch=2, length=8, device="cpu
     """
     torch_dtype = DTYPES[dtype]
     differentiable = config.read != "polar"
-    rng = np.random.default_rng(seed)
     reference = ReferenceMLSTM(config)
-    params = random_params(reference.param_spec(), rng)
-    tokens = rng.integers(0, config.vocab_size, size=(batch, length + 1))
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    params, inputs, targets = draw_problem(reference, config.vocab_size, seed, batch, length)
 
-    # reference, float64
+    # reference, float64 (the mLSTM's parameters are real: no conjugation to undo)
     ref_logits, ref_state = reference.forward(params, inputs)
     ref_loss = reference_cross_entropy(ref_logits, targets)
     ref_grads = {}
     if differentiable:
-        def ref_loss_fn(p):
-            return reference_cross_entropy(reference.forward(p, inputs)[0], targets)
-
-        ref_grads = autograd.grad(ref_loss_fn)(params)
+        ref_loss, ref_grads = reference_loss_and_grads(reference, params, inputs, targets)
     ref_step_logits = _reference_stepped(reference, params, inputs)
 
     # torch

@@ -16,38 +16,28 @@ they are plain relative errors; see tolerances.GRADIENT_FLOOR for why float32 ne
 
 from __future__ import annotations
 
-import autograd
 import numpy as np
 import torch
 
 from manifold_impl.group_transformer import GroupTransformer as TorchGroupTransformer
 from manifold_impl.losses import cross_entropy as torch_cross_entropy
-from parity_tests.harness import DTYPES, gradient_errors, relative_error, step_and_membership, to_torch
+from parity_tests.harness import (
+    DTYPES, draw_problem, gradient_errors, reference_loss_and_grads, relative_error, step_and_membership, to_torch,
+)
 from parity_tests.tolerances import MEMBERSHIP_ATOL, PARITY
 from reference.group_transformer import GroupTransformer as ReferenceGroupTransformer
-from reference.losses import cross_entropy as reference_cross_entropy
-from reference.optim import ambient_gradients
-from reference.params import random_params
 
 
 def group_transformer_parity(config, seed=0, dtype="float64", batch=2, length=6, device="cpu"):
     """Compare the reference and torch group Transformer on ``config``; returns a JSON-ready dict."""
     torch_dtype = DTYPES[dtype]
-    rng = np.random.default_rng(seed)
     reference = ReferenceGroupTransformer(config)
     spec = reference.param_spec()
-    params = random_params(spec, rng)
-    tokens = rng.integers(0, config.vocab_size, size=(batch, length + 1))
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    params, inputs, targets = draw_problem(reference, config.vocab_size, seed, batch, length)
 
     # reference, float64
     ref_logits, ref_states = reference.forward(params, inputs)
-
-    def ref_loss_fn(p):
-        return reference_cross_entropy(reference.forward(p, inputs)[0], targets)
-
-    ref_loss, ref_grads = autograd.value_and_grad(ref_loss_fn)(params)
-    ref_grads = ambient_gradients(ref_grads)
+    ref_loss, ref_grads = reference_loss_and_grads(reference, params, inputs, targets)
     ref_step_logits, ref_step_states = _reference_stepped(reference, params, inputs)
 
     # torch
