@@ -38,6 +38,7 @@ class RecallConfig:
 
     vocab_size: int = 80
     length: int = 512
+    embedding_dim: int = 94
     frac_noise: float = 0.8
     read: str = "plain"
     ns_steps: int = 5
@@ -68,8 +69,8 @@ class RecallConfig:
         return NoisyRecallConfig(vocab_size=self.vocab_size, length=self.length, frac_noise=self.frac_noise)
 
     def model_config(self):
-        return MLSTMConfig(vocab_size=self.vocab_size, read=self.read, ns_steps=self.ns_steps,
-                           ns_coeffs=self.ns_coeffs)
+        return MLSTMConfig(vocab_size=self.vocab_size, embedding_dim=self.embedding_dim, read=self.read,
+                           ns_steps=self.ns_steps, ns_coeffs=self.ns_coeffs)
 
 
 def learning_rate_factor(config, step):

@@ -5,6 +5,7 @@ import autograd
 import autograd.numpy as anp
 import numpy as np
 import pytest
+import scipy.linalg
 import torch
 from torch.func import functional_call
 
@@ -106,6 +107,50 @@ def test_torch_group_exp_gradcheck(name):
 def test_torch_expm_gradcheck_on_general_matrices(dtype, scale):
     a = scale * torch.randn(3, 4, 4, dtype=dtype, generator=torch.Generator().manual_seed(1)) / 2
     assert torch.autograd.gradcheck(torch_expm, (a.requires_grad_(),))
+
+
+@pytest.mark.parametrize("name", GROUP_NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("norm", [1e-8, 1e-2, 1.0, 10.0, 100.0])
+def test_torch_expm_backward_matches_the_block_exponential(name, dtype, norm):
+    """Our written-out backward vs L(aᴴ, g), the top-right block of exp([[aᴴ, g], [0, aᴴ]])
+    evaluated by scipy in float64: every group, norms 1e-8 to 1e2, float32 and float64."""
+    group = torch_group(name, 6, 2 if name == "BO" else None)
+    generator = torch.Generator().manual_seed(3)
+    a = group.random_algebra((3,), generator=generator, dtype=dtype)
+    a = a * (norm / torch.linalg.matrix_norm(a, ord=2).amax())
+    weights = torch.randn(a.shape, generator=generator, dtype=torch.float64).to(a.dtype)
+    leaf = a.clone().requires_grad_()
+    (torch_expm(leaf) * weights.conj()).real.sum().backward()
+    n = a.shape[-1]
+    expected = []
+    for ai, gi in zip(a.detach().numpy().astype(np.complex128), weights.numpy().astype(np.complex128)):
+        block = np.zeros((2 * n, 2 * n), dtype=np.complex128)
+        block[:n, :n] = block[n:, n:] = ai.conj().T
+        block[:n, n:] = gi
+        expected.append(scipy.linalg.expm(block)[:n, n:])
+    expected = np.array(expected)
+    expected = expected if leaf.is_complex() else expected.real
+    scale = np.abs(expected).max()
+    tol = 1e-12 if dtype == torch.float64 else 2e-5
+    np.testing.assert_allclose(leaf.grad.numpy(), expected, atol=tol * max(scale, 1.0) * (1 + np.log2(1 + norm)))
+
+
+def test_torch_expm_mixed_norm_batch_is_accurate():
+    """One scaling for the whole batch: a tiny matrix next to a large one stays accurate."""
+    a = torch.randn(2, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    a = a - a.mT
+    a[0] *= 1e-8 / torch.linalg.matrix_norm(a[0], ord=2)
+    a[1] *= 100.0 / torch.linalg.matrix_norm(a[1], ord=2)
+    expected = np.array([scipy.linalg.expm(m) for m in a.numpy()])
+    np.testing.assert_allclose(torch_expm(a).numpy(), expected, atol=1e-13)
+
+
+def test_torch_expm_refuses_second_derivatives():
+    a = torch.randn(2, 3, 3, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(torch_expm(a).sum(), a, create_graph=True)
+    with pytest.raises(RuntimeError):
+        grad.sum().backward()
 
 
 @pytest.mark.parametrize("group", GROUP_NAMES)

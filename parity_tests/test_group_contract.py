@@ -103,7 +103,7 @@ def test_exp_one_parameter_subgroup_identities(backend, group_case, batch_shape,
 
 
 @batch_shapes
-@pytest.mark.parametrize("scale", [1e-8, 0.03, 1.0, 10.0], ids=["1e-8", "0.03", "1", "10"])
+@pytest.mark.parametrize("scale", [1e-8, 0.03, 1.0, 10.0, 100.0], ids=["1e-8", "0.03", "1", "10", "100"])
 def test_exp_matches_a_taylor_series_and_scipy(backend, group_case, batch_shape, scale, atol):
     """Batch shapes () and (1,) included: torch.linalg.matrix_exp loses digits there."""
     name, n, block = group_case
@@ -112,6 +112,8 @@ def test_exp_matches_a_taylor_series_and_scipy(backend, group_case, batch_shape,
     a64 = backend.numpy(a).astype(np.complex128 if group.is_complex else np.float64)
     expected = taylor_expm(a64)
     np.testing.assert_allclose(scipy.linalg.expm(a64), expected, atol=EXPM_ORACLE_RTOL * max(1, np.abs(expected).max()))
+    if np.abs(expected).max() > np.finfo(backend.numpy(a).dtype).max:
+        pytest.skip("exp(a) overflows this dtype (GL at norm 100 in float32: entries ≈ 1e45)")
     tol = group_atol(backend.dtype, n) * max(1.0, np.abs(expected).max())
     close(backend.numpy(group.exp(a)), expected, tol)
 
