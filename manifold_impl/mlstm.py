@@ -36,7 +36,11 @@ from torch import nn
 from manifold_impl.validation import check_tokens
 from reference.config import MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR
 
-_DEFAULT_CHUNK_SIZE = 64
+# Positions per chunk when ``chunk_size="auto"``: the plain read never materializes C_t, so long
+# chunks are cheap; the ns/polar reads hold [B, H, chunk, P, P] memories and their Newton–Schulz
+# iterates, so shorter chunks bound the peak memory (batch 8, length 512: 367 MiB at 64, 143 MiB
+# at 16, at the same speed).
+AUTO_CHUNK_SIZE = {"plain": 64, "ns": 16, "polar": 16}
 
 
 class MLSTMState(NamedTuple):
@@ -247,12 +251,18 @@ class MLSTMCell(nn.Module):
     """Gates, chunkwise recurrence and read, per-head GroupNorm; mirror of reference.mlstm.MLSTMCell.
 
     Args:
-        chunk_size: positions per chunk (None: the whole sequence in one chunk).
+        chunk_size: positions per chunk (None: the whole sequence in one chunk; "auto":
+            ``AUTO_CHUNK_SIZE`` of the read).
         checkpoint: recompute the ``ns``/``polar`` chunks in the backward pass.
     """
 
-    def __init__(self, config, device=None, dtype=None, chunk_size=_DEFAULT_CHUNK_SIZE, checkpoint=True):
+    def __init__(self, config, device=None, dtype=None, chunk_size="auto", checkpoint=True):
         super().__init__()
+        if chunk_size == "auto":
+            chunk_size = AUTO_CHUNK_SIZE[config.read]
+        elif chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                         or chunk_size < 1):
+            raise ValueError(f"chunk_size must be a positive int, None or 'auto', got {chunk_size!r}")
         self.config, self.chunk_size, self.checkpoint = config, chunk_size, checkpoint
         factory = {"device": device, "dtype": dtype}
         heads, inner = config.num_heads, config.inner_dim
@@ -302,7 +312,7 @@ class MLSTMCell(nn.Module):
 class MLSTMLayer(nn.Module):
     """xlstm's mLSTMLayer (same submodule and parameter names); mirror of reference.mlstm.MLSTMLayer."""
 
-    def __init__(self, config, device=None, dtype=None, chunk_size=_DEFAULT_CHUNK_SIZE, checkpoint=True):
+    def __init__(self, config, device=None, dtype=None, chunk_size="auto", checkpoint=True):
         super().__init__()
         self.config = config
         factory = {"device": device, "dtype": dtype}
@@ -344,11 +354,12 @@ class MLSTM(nn.Module):
         config: a ``reference.config.MLSTMConfig``.
         device, dtype: where and in which precision to keep the parameters.
         generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
-        chunk_size: positions per chunk of the cell (None: one chunk); a performance knob only.
+        chunk_size: positions per chunk of the cell (None: one chunk; "auto": by read, see
+            ``AUTO_CHUNK_SIZE``); a performance knob only.
         checkpoint: recompute the ``ns``/``polar`` chunks in the backward pass (saves memory).
     """
 
-    def __init__(self, config, device=None, dtype=None, generator=None, chunk_size=_DEFAULT_CHUNK_SIZE,
+    def __init__(self, config, device=None, dtype=None, generator=None, chunk_size="auto",
                  checkpoint=True):
         super().__init__()
         self.config = config

@@ -376,3 +376,13 @@ def test_default_config_is_the_specs_layer():
     config = MLSTMConfig(80)
     assert (config.embedding_dim, config.num_heads, config.inner_dim, config.head_dim) == (94, 4, 192, 48)
     assert (config.read, config.ns_steps, config.ns_coeffs) == ("plain", 5, "cubic")
+
+
+def test_chunk_size_auto_depends_on_the_read_and_bad_sizes_are_refused():
+    from manifold_impl.mlstm import AUTO_CHUNK_SIZE, MLSTMCell
+
+    for read in ("plain", "ns", "polar"):
+        assert MLSTMCell(MLSTMConfig(80, read=read)).chunk_size == AUTO_CHUNK_SIZE[read]
+    for bad in (0, -3, 2.5, True, "big"):
+        with pytest.raises(ValueError, match="chunk_size"):
+            MLSTMCell(MLSTMConfig(80), chunk_size=bad)

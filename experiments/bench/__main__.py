@@ -16,9 +16,10 @@ from pathlib import Path
 
 import torch
 
-from experiments.bench import exp, group_rnn, mlstm
+from experiments.bench import exp, group_rnn, group_transformer, mlstm
 
-BENCHMARKS = {"exp": exp.run, "group_rnn": group_rnn.run, "mlstm": mlstm.run}
+BENCHMARKS = {"exp": exp.run, "group_rnn": group_rnn.run, "group_transformer": group_transformer.run,
+              "mlstm": mlstm.run}
 
 
 def main(argv=None):

@@ -4,6 +4,7 @@ plain read. Each memory measurement runs in its own subprocess (peak resident se
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -42,7 +43,9 @@ def peak_memory(read, batch, length):
     """Child-process job (Linux): peak RSS growth (MiB) over one training step after a warm-up.
 
     Writing 5 to /proc/self/clear_refs resets the peak (VmHWM) to the current RSS, so the peak
-    read afterwards is the step's own.
+    read afterwards is the step's own. The parent sets ``MALLOC_MMAP_THRESHOLD_`` so that every
+    tensor of 64 KiB or more is its own mapping, returned on free: otherwise glibc keeps freed
+    blocks, the warm-up's peak stays resident and the step's growth reads as zero.
     """
     step = training_step(read, batch, length)
     step()  # warm-up: allocator pools and lazily built kernels
@@ -56,7 +59,8 @@ def peak_memory(read, batch, length):
 def peak_memory_in_subprocess(read, batch, length):
     code = ("import json; from experiments.bench.mlstm import peak_memory; "
             f"print(json.dumps(peak_memory({read!r}, {batch}, {length})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
