@@ -1,9 +1,11 @@
 """Group-state RNN language model in torch; mirror of ``reference/group_rnn.py`` (math there).
 
 Batched over sequences; runs on any device and dtype given at construction. Performance notes:
-the input drive W e_t + b is computed for all t in one matmul before the loop; without the
-recurrent term the exponentials of all steps are one batched call and only the running product
-is sequential.
+the input drive W e_t + b is computed for all t in one matmul before the loop. Without the
+recurrent term the updates do not depend on the state: the exponentials of all steps are one
+batched call, and the running products H_0 U_1 ⋯ U_t come from an associative scan
+(``prefix_products``: ⌈log₂ T⌉ batched products instead of a loop over T), unless
+``reproject_every`` asks for the step-by-step loop.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class GroupRNNCell(nn.Module):
         drive = self.input_map(embedded)  # [B, T, dim], all steps at once
         if self.state_map is None:
             drive = group.exp(group.hat(self.mixing(drive)))  # [B, T, n, n]: every update in one call
+            if every is None:
+                return prefix_products(group, torch.cat([state[:, None], drive], dim=1))[:, 1:]
         # unbind, not drive[:, t]: the backward of T slices would zero-fill T full-size tensors
         states = []
         for t, step in enumerate(drive.unbind(dim=1)):
@@ -73,6 +77,21 @@ class GroupRNNCell(nn.Module):
                 state = state + (group.nearest(fixed) - fixed)  # straight-through re-projection
             states.append(state)
         return torch.stack(states, dim=1)
+
+
+def prefix_products(group, factors):
+    """Running products ``P_t = F_0 F_1 ⋯ F_t`` of ``factors: [B, T, n, n]`` along axis 1.
+
+    Hillis–Steele scan: in round k every P_t with t ≥ 2^k becomes P_{t−2^k} P_t, so after
+    ⌈log₂ T⌉ rounds of one batched product each P_t holds all its factors, left to right (the
+    group product is associative but not commutative, so the left factor is always the earlier
+    one). Work T·log₂T products instead of T, but no Python loop over time.
+    """
+    length, shift = factors.shape[1], 1
+    while shift < length:
+        factors = torch.cat([factors[:, :shift], group.mul(factors[:, :-shift], factors[:, shift:])], dim=1)
+        shift *= 2
+    return factors
 
 
 class GroupRNN(nn.Module):
