@@ -4,7 +4,8 @@ Groups the finished runs under DIR (directories holding ``final.json``) into arm
 without its ``-seed<k>`` suffix — and writes next to them ``report.md`` (per arm: runs,
 parameters, final test bits per token as mean ± 95% t-interval over seeds, tokens/s, training
 wall time) and ``report_curves.png`` / ``report_drift.png`` (validation bits and state drift
-against the step, mean over seeds).
+against the step, mean over seeds). A noisy-recall sweep (runs of ``experiments.recall``) gets
+its own statistics instead: see ``experiments/recall_report.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments import recall_report  # noqa: E402
 from experiments.stats import mean_ci  # noqa: E402
 
 
@@ -81,6 +83,8 @@ def plot(arms, key, ylabel, path, log=False):
 def report(directory):
     """Write report.md and the plots into ``directory``; returns the Markdown."""
     directory = Path(directory)
+    if recall_report.is_recall_sweep(directory):
+        return recall_report.report(directory)
     arms = load_runs(directory)
     markdown = f"# Report: {directory.name}\n\n" + table(arms)
     (directory / "report.md").write_text(markdown)

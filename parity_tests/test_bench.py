@@ -20,5 +20,17 @@ def test_quick_suite_writes_every_row(tmp_path):
     assert main(["--quick", "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "bench_quick.json").read_text())
     assert {"cpus", "torch", "threads"} <= set(record["machine"])
-    assert len(record["rows"]) == 7
+    assert len(record["rows"]) == 8
     assert all({"name", "ratio", "target", "met"} <= set(r) for r in record["rows"])
+
+
+def test_quick_scaling_curves_write_json_and_png(tmp_path):
+    from experiments.bench import scaling
+
+    assert scaling.main(["--quick", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "scaling_quick.json").read_text())
+    assert set(record["curves"]) == {"length", "n"}
+    for axis in ("length", "n"):
+        for group in scaling.GROUPS:
+            assert all(point["tokens_per_s"] > 0 for point in record["curves"][axis][group])
+    assert (tmp_path / "scaling_quick.png").stat().st_size > 0

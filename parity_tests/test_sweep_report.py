@@ -77,3 +77,19 @@ def test_the_study_sweeps_hold_matched_arms(name, vocab_size):
         model_fields, _ = split_overrides(run.model, argv)  # parses, as the training CLI will
         count = parameter_count(MODEL_CONFIGS[run.model](vocab_size=vocab_size, **model_fields))
         assert abs(count - BUDGET) <= TOLERANCE * BUDGET, run.name
+
+
+def test_the_paper_preset_sizes_every_arm_to_two_million_and_asks_for_cuda():
+    from experiments.models import MODEL_CONFIGS
+    from experiments.params_budget import TOLERANCE, parameter_count
+    from experiments.sweep import load_sweep, resolve
+    from experiments.train import split_overrides
+
+    sweep = load_sweep(resolve("paper"))
+    assert sweep["NEEDS_CUDA"] and len(sweep["RUNS"]) == 12 * 5 * 2
+    for run in sweep["RUNS"][::5]:
+        assert run.options["steps"] == 8000
+        model_fields, _ = split_overrides(run.model, run.argv("unused")[4:-2])
+        vocab_size = {"ptb_char": 50, "tinyshakespeare": 65}[run.dataset]
+        count = parameter_count(MODEL_CONFIGS[run.model](vocab_size=vocab_size, **model_fields))
+        assert abs(count - 2_000_000) <= TOLERANCE * 2_000_000, run.name

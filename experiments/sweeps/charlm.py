@@ -30,8 +30,8 @@ TRAINING = {"steps": STEPS, "batch": 32, "length": 128, "lr": LR, "schedule": "c
 GROUPS = ("O", "SO", "U", "SU", "T", "BO", "GL")
 
 
-def arms(vocab_size):
-    """``{arm name: (model name, sized config)}``."""
+def arms(vocab_size, budget=BUDGET, length=None):
+    """``{arm name: (model name, config sized to ``budget``)}``; ``length``: the GPT's maximum length."""
     sized = {f"rnn-{group}": ("group_rnn", GroupRNNConfig(vocab_size=vocab_size, group=group)) for group in GROUPS}
     sized["rnn-O-mix-scalar"] = ("group_rnn", GroupRNNConfig(vocab_size=vocab_size, group="O", mixing="scalar"))
     sized["rnn-O-mix-lowrank"] = ("group_rnn", GroupRNNConfig(vocab_size=vocab_size, group="O", mixing="lowrank",
@@ -39,15 +39,16 @@ def arms(vocab_size):
     sized["transformer-O"] = ("group_transformer", GroupTransformerConfig(vocab_size=vocab_size, group="O",
                                                                           num_layers=2, num_heads=2))
     sized["lstm"] = ("lstm", LSTMConfig(vocab_size=vocab_size, hidden_size=1))
-    sized["gpt"] = ("gpt", GPTConfig(vocab_size=vocab_size, width=4, max_length=TRAINING["length"]))
-    return {name: (model, size_to_budget(template, BUDGET)) for name, (model, template) in sized.items()}
+    sized["gpt"] = ("gpt", GPTConfig(vocab_size=vocab_size, width=4, max_length=length or TRAINING["length"]))
+    return {name: (model, size_to_budget(template, budget)) for name, (model, template) in sized.items()}
 
 
-def runs(dataset, vocab_size):
-    """Every (arm, seed) of the study on ``dataset`` as SweepRuns."""
+def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS):
+    """Every (arm, seed) of the study on ``dataset`` as SweepRuns (defaults: the CPU study)."""
+    training = TRAINING if training is None else training
     result = []
-    for name, (model, config) in arms(vocab_size).items():
+    for name, (model, config) in arms(vocab_size, budget, training["length"]).items():
         fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "vocab_size" and v is not None}
-        for seed in SEEDS:
-            result.append(SweepRun(f"{name}-seed{seed}", model, dataset, {**fields, **TRAINING, "seed": seed}))
+        for seed in seeds:
+            result.append(SweepRun(f"{name}-seed{seed}", model, dataset, {**fields, **training, "seed": seed}))
     return result

@@ -1,0 +1,101 @@
+"""The noisy-recall presets (nar-cpu, nar-paper): their runs, a few-step smoke run of each one's code
+path, the CUDA guard, and the recall report's statistics on a small known input."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+import scipy.stats
+
+from experiments import recall_report
+from experiments.report import report
+from experiments.sweep import SweepRun, execute, load_runs, resolve, run_sweep
+
+
+def _smoke(run, **overrides):
+    options = {**run.options, "steps": 2, "batch": 2, "valid_sequences": 2, "eval_every": 1, **overrides}
+    return dataclasses.replace(run, options=options)
+
+
+def test_nar_cpu_preset_has_four_arms_of_eight_paired_seeds():
+    runs = load_runs(resolve("nar-cpu"))
+    arms = {(r.options["read"], r.options["schedule"]) for r in runs}
+    assert arms == {("plain", "cosine"), ("ns", "cosine"), ("plain", "constant"), ("ns", "constant")}
+    for arm in arms:
+        seeds = [r.options["seed"] for r in runs if (r.options["read"], r.options["schedule"]) == arm]
+        assert seeds == list(range(8))
+    assert all(r.program == "recall" for r in runs)
+
+
+def test_nar_paper_preset_is_the_spec_protocol():
+    runs = load_runs(resolve("nar-paper"))
+    assert len(runs) == 5 * 4 * 24 * 2
+    assert {(r.options["vocab_size"], r.options["length"]) for r in runs} == {
+        (80, 512), (80, 768), (80, 1024), (96, 768), (96, 1024)}
+    assert {r.options["lr"] for r in runs} == {3e-4, 1e-3, 3e-3, 1e-2}
+    assert all(r.options["steps"] == 2000 and r.options["batch"] == 64 and r.options["schedule"] == "cosine"
+               for r in runs)
+
+
+@pytest.mark.parametrize("preset,index,overrides", [
+    ("nar-cpu", 0, {}), ("nar-cpu", -1, {}),  # plain, cosine / ns, constant
+    ("nar-paper", 0, {}), ("nar-paper", -1, {"length": 32})],  # ns at L=1024 would take minutes on CPU
+    ids=["cpu-plain", "cpu-ns", "paper-plain", "paper-ns"])
+def test_a_few_steps_of_each_preset_code_path(tmp_path, preset, index, overrides):
+    run = _smoke(load_runs(resolve(preset))[index], **overrides)
+    assert execute(run, tmp_path / run.name)["status"] == "done", (tmp_path / run.name / "error.txt").read_text()
+    final = json.loads((tmp_path / run.name / "final.json").read_text())
+    assert 0.0 <= final["valid_accuracy"] <= 1.0 and final["steps"] == 2
+
+
+def test_a_sweep_that_needs_cuda_stops_before_starting_on_cpu(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    sweep = tmp_path / "gpu.py"
+    sweep.write_text("from experiments.sweep import SweepRun\nNEEDS_CUDA = 'Too slow here.'\nRUNS = []\n")
+    with pytest.raises(RuntimeError, match="Too slow here.*--allow-cpu"):
+        run_sweep(sweep, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert run_sweep(sweep, tmp_path / "out", allow_cpu=True) == {}
+
+
+def test_recall_runs_are_validated():
+    with pytest.raises(ValueError, match="unknown program"):
+        SweepRun("x", "mlstm", "nar", program="eval")
+    with pytest.raises(ValueError, match="mlstm"):
+        SweepRun("x", "group_rnn", "ptb_char", program="recall")
+    with pytest.raises(FileNotFoundError, match="presets"):
+        resolve("nar-gpu")
+
+
+def _write_run(directory, name, curve):
+    run = directory / name
+    run.mkdir(parents=True)
+    run.joinpath("metrics.jsonl").write_text(
+        "".join(json.dumps({"step": step, "valid_accuracy": accuracy}) + "\n" for step, accuracy in curve))
+    run.joinpath("final.json").write_text(json.dumps({"valid_accuracy": curve[-1][1]}))
+
+
+def test_recall_report_statistics_on_known_finals(tmp_path):
+    finals = {("plain", "cosine"): [0.1, 0.9, 0.2], ("ns", "cosine"): [0.3, 0.95, 0.85],
+              ("plain", "constant"): [0.5, 0.5, 0.9]}
+    for (read, schedule), values in finals.items():
+        for seed, value in enumerate(values):
+            _write_run(tmp_path, f"V48-L64-lr0.01-{read}-{schedule}-seed{seed}", [(10, 0.0), (20, value)])
+    assert recall_report.is_recall_sweep(tmp_path)
+    markdown = report(tmp_path)
+    t = scipy.stats.t.ppf(0.975, 2)
+    # plain, cosine: mean 0.4, sample sd sqrt(((−0.3)² + 0.5² + (−0.2)²)/2) = sqrt(0.19)
+    assert f"| V48-L64 | 0.01 | plain | cosine | 3 | 0.400 ± {t * math.sqrt(0.19 / 3):.3f} | 1/3 | 0.10 0.90 0.20 |" \
+        in markdown
+    assert "| ns | cosine | 3 |" in markdown and "| 2/3 |" in markdown
+    paired = {r["comparison"]: r for r in json.loads((tmp_path / "report.json").read_text())["paired"]}
+    # ns − plain (cosine), by seed: 0.2, 0.05, 0.65 -> mean 0.3
+    assert paired["ns − plain (cosine)"]["mean"] == pytest.approx(0.3)
+    assert paired["ns − plain (cosine)"]["half_width"] == pytest.approx(t * 0.3122498999 / math.sqrt(3), rel=1e-6)
+    # cosine − constant (plain): −0.4, 0.4, −0.7 -> mean −0.2333
+    assert paired["cosine − constant (plain)"]["mean"] == pytest.approx(-0.7 / 3)
+    assert "cosine − constant (ns)" not in paired  # no constant-schedule NS runs to pair with
+    assert (tmp_path / "report_curves.png").stat().st_size > 0
