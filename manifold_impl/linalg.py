@@ -38,28 +38,45 @@ def realvec(x: torch.Tensor) -> torch.Tensor:
     return flat
 
 
-# Taylor degree m per precision, for α(b) ≤ 1 (below): the remainder Σ_{k>m} α^k / k! is under the
-# unit roundoff (float64: ≈ 1/19! ≈ 8e-18; float32: ≈ 1/11! ≈ 2.5e-8).
-_TAYLOR_DEGREE = {torch.float64: 18, torch.float32: 10}
+def _truncation_theta(degree: int, roundoff: float) -> float:
+    """The largest θ with Σ_{k>m} θ^k / k! ≤ roundoff (bisection; the tail sum to 60 terms)."""
+    def tail(theta):
+        return sum(theta ** k / math.factorial(k) for k in range(degree + 1, degree + 60))
+
+    low, high = 0.0, 64.0
+    for _ in range(100):
+        low, high = ((low + high) / 2, high) if tail((low + high) / 2) <= roundoff else (low, (low + high) / 2)
+    return low
+
+
+# Paterson–Stockmeyer layouts (q, J), cheapest first: blocks of q coefficients, J blocks, degree
+# m = qJ − 1 (the largest a layout evaluates at its cost), (q − 1) + (J − 1) products.
+_LAYOUTS = {torch.float32: ((3, 2), (3, 3), (4, 3), (4, 4)),
+            torch.float64: ((3, 3), (4, 3), (4, 4), (5, 4), (5, 5))}
+_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
+_THETA = {dtype: [_truncation_theta(q * blocks - 1, _ROUNDOFF[dtype]) for q, blocks in layouts]
+          for dtype, layouts in _LAYOUTS.items()}  # float32: 0.19, 0.65, 1.31, 2.38 (m = 5, 8, 11, 15)
+_POWER_SAFE = 2.0 ** 60  # ‖a²‖₁, ‖a³‖₁ above this: scale a down first, so that powers cannot overflow
 
 
 def expm(a: torch.Tensor) -> torch.Tensor:
     """Matrix exponential of ``a: [..., n, n]`` by scaling and squaring a Taylor polynomial.
 
-    Scaling: the whole batch is divided by one 2^s, then the degree-m Taylor polynomial of
-    b = a 2^-s is evaluated by Paterson–Stockmeyer (about 2√m products) and squared s times.
-    s is the smallest with α(b) ≤ 1, where α(b) = max(‖b^p‖₁^{1/p}, ‖b^{p+1}‖₁^{1/(p+1)}) for
-    p = q − 1 (q = ⌈√m⌉, so both powers are ones Paterson–Stockmeyer forms anyway): by Al-Mohy &
-    Higham (SIAM J. Matrix Anal. Appl. 31, 2009, Thm 4.2) the remainder is then at most
-    Σ_{k>m} α^k / k!, since p(p − 1) ≤ m + 1. α is often well below ‖b‖₁ (random skew matrices,
-    n = 8 to 32: 0.4–0.6 ‖b‖₁), which saves a squaring. A matrix of the batch far smaller than
-    the largest is squared more often than it needs; each squaring adds about one rounding error,
-    so its absolute error stays near s·eps.
+    b = a 2^-s, the Taylor polynomial of degree m of b is evaluated by Paterson–Stockmeyer, and
+    squared s times. One (m, s) serves the whole batch, chosen from
+    α = max(‖a²‖₁^{1/2}, ‖a³‖₁^{1/3}) (batch maximum): by Al-Mohy & Higham (SIAM J. Matrix Anal.
+    Appl. 31, 2009, Thm 4.2, p = 2) the truncation error is at most Σ_{k>m} (α 2^-s)^k / k!, which
+    is below the unit roundoff when α 2^-s ≤ θ_m (``_THETA``). Among the layouts, the one with the
+    fewest products (Paterson–Stockmeyer's plus the s squarings) wins: small arguments get a
+    degree-5 polynomial and three products in float32; α is also often well below ‖a‖₁ (random
+    skew matrices, n = 8 to 32: about half), which saves squarings. A matrix of the batch far
+    smaller than the largest is squared more often than it needs; each squaring adds about one
+    rounding error, so its absolute error stays near s·eps.
 
     The backward pass is written out (``_TaylorExp``): the exact reverse-mode derivative of these
     products, two products per forward product, reusing the stored powers and squares. That is
     the adjoint Fréchet derivative L(aᴴ, g) to the same truncation order as the forward value,
-    at about a quarter of the cost of ``torch.linalg.matrix_exp``'s backward (an exponential of the
+    at a fraction of the cost of ``torch.linalg.matrix_exp``'s backward (an exponential of the
     2n × 2n block matrix [[aᴴ, g], [0, aᴴ]]). Second derivatives raise.
 
     Why not ``torch.linalg.matrix_exp``: besides speed, in torch 2.13, float64, a batch of shape
@@ -70,15 +87,36 @@ def expm(a: torch.Tensor) -> torch.Tensor:
 
 
 def _log2_ceil(x: float) -> int:
-    """⌈log₂ x⌉ for finite x > 1, else 0 (non-finite entries propagate to the result unscaled)."""
+    """⌈log₂ x⌉ for finite x > 1, else 0."""
     return math.ceil(math.log2(x)) if math.isfinite(x) and x > 1.0 else 0
+
+
+def _max_norms(*matrices):
+    """Batch maxima of the 1-norms of each ``[N, n, n]`` argument, as Python floats (one sync)."""
+    if not matrices[0].numel():
+        return [0.0] * len(matrices)
+    return torch.stack([m.abs().sum(dim=-2).amax() for m in matrices]).tolist()
+
+
+def _choose_layout(real, alpha):
+    """(q, J, s) with α 2^-s ≤ θ of the layout and the fewest products; non-finite α: the largest, s = 0."""
+    layouts = _LAYOUTS[real]
+    if not math.isfinite(alpha):
+        return (*layouts[-1], 0)
+    best = None
+    for (q, blocks), theta in zip(layouts, _THETA[real]):
+        s = _log2_ceil(alpha / theta)
+        cost = (q - 1 + blocks - 1 + s, s)
+        if best is None or cost < best[0]:
+            best = (cost, (q, blocks, s))
+    return best[1]
 
 
 class _TaylorExp(torch.autograd.Function):
     """Scaling and squaring of a Paterson–Stockmeyer Taylor polynomial, on ``[N, n, n]`` batches.
 
-    First ``a`` is divided by 2^s₁ with ‖a 2^-s₁‖₁ ≤ 1, so its powers cannot overflow; then the
-    powers are multiplied back by 2^{d k} (d ≤ s₁) where α allows, and s = s₁ − d squarings follow.
+    Names: a' = a 2^-pre (pre = 0 unless a's powers could overflow), P₂ = a'², P₃ = a'³;
+    b_k = (a' 2^-s)^k, so b₁, b₂, b₃ are P₁, P₂, P₃ times 2^{-sk} and higher powers are products.
     """
 
     @staticmethod
@@ -86,24 +124,31 @@ class _TaylorExp(torch.autograd.Function):
         shape = a.shape
         a = a.reshape(-1, shape[-2], shape[-1])
         real = a.real.dtype if a.is_complex() else a.dtype
-        layout = _TaylorLayout.of(_TAYLOR_DEGREE[real], a)
-        norm = float(a.abs().sum(dim=-2).amax()) if a.numel() else 0.0  # max ‖a‖₁ over the batch
-        first = _log2_ceil(norm)
-        ctx.first_scale = 2.0 ** -first
-        powers = layout.powers(a * ctx.first_scale if first else a)  # [q, N, n, n]
-        lift = 0
-        if first and a.numel():
-            top = powers[-2:].abs().sum(dim=-2).amax(dim=(1, 2))  # ‖b^p‖₁, ‖b^{p+1}‖₁
-            alpha = max(float(top[0]) ** (1 / (layout.q - 1)), float(top[1]) ** (1 / layout.q))
-            lift = min(first, math.floor(-math.log2(alpha))) if 0.0 < alpha <= 0.5 else 0
-        ctx.lift = lift
-        scaled = powers * layout.lift_factors(lift, a) if lift else powers
-        horner = layout.evaluate(scaled)
+        pre = 0
+        square = torch.bmm(a, a)
+        cube = torch.bmm(square, a)
+        norms = _max_norms(square, cube)
+        if not all(math.isfinite(x) and x <= _POWER_SAFE for x in norms):
+            pre = max(0, _log2_ceil(_max_norms(a)[0]) - 4)  # ‖a'‖₁ ≤ 16
+            if pre:
+                a = a * 2.0 ** -pre
+                square = torch.bmm(a, a)
+                cube = torch.bmm(square, a)
+                norms = _max_norms(square, cube)
+        alpha = max(norms[0] ** 0.5, norms[1] ** (1 / 3)) if all(math.isfinite(x) for x in norms) else math.inf
+        q, blocks, s = _choose_layout(real, alpha)
+        powers = [a, square, cube] if not s else [x * 2.0 ** (-s * k) for k, x in enumerate((a, square, cube), 1)]
+        while len(powers) < q:
+            powers.append(torch.bmm(powers[-1], powers[0]))
+        coefficients = _block_coefficients(q, blocks)
+        horner = [_block(coefficients[0], powers)]
+        for row in coefficients[1:]:
+            horner.append(torch.baddbmm(_block(row, powers), horner[-1], powers[q - 1]))
         squares = [horner[-1]]  # X_0 = T(b), X_{j+1} = X_j²
-        for _ in range(first - lift):
+        for _ in range(s + pre):
             squares.append(torch.bmm(squares[-1], squares[-1]))
-        ctx.layout = layout
-        ctx.save_for_backward(powers, scaled, *horner[:-1], *squares[:-1])
+        ctx.layout, ctx.scales = (q, blocks, s), (pre, s)
+        ctx.save_for_backward(a, square, *powers, *horner[:-1], *squares[:-1])
         return squares[-1].reshape(shape)
 
     @staticmethod
@@ -111,85 +156,47 @@ class _TaylorExp(torch.autograd.Function):
     def backward(ctx, grad):
         shape = grad.shape
         grad = grad.reshape(-1, shape[-2], shape[-1])
-        powers, scaled, *rest = ctx.saved_tensors
-        layout = ctx.layout
-        blocks = len(layout.constants)
-        horner, squares = rest[:blocks - 1], rest[blocks - 1:]
+        (q, blocks, s), (pre, _) = ctx.layout, ctx.scales
+        a, square, *rest = ctx.saved_tensors
+        powers, horner, squares = rest[:q], rest[q:q + blocks - 1], rest[q + blocks - 1:]
         for x in reversed(squares):  # Y = X X:  ḡ_X = ḡ_Y Xᴴ + Xᴴ ḡ_Y
             xh = dagger(x)
             grad = torch.baddbmm(torch.bmm(grad, xh), xh, grad)
-        grad_powers = layout.evaluate_backward(scaled, horner, grad)
-        if ctx.lift:
-            grad_powers = grad_powers * layout.lift_factors(ctx.lift, grad)
-        grad = layout.powers_backward(powers, grad_powers)
-        return (grad * ctx.first_scale if ctx.first_scale != 1.0 else grad).reshape(shape)
-
-
-class _TaylorLayout:
-    """Paterson–Stockmeyer evaluation of p(b) = Σ_{k ≤ m} b^k / k! on ``b: [N, n, n]``, and its reverse mode.
-
-    With q = ⌈√m⌉ and the powers b, .., b^q, the coefficients fall into blocks B_j = Σ_i c_{j,i} b^i
-    (b^0 = I, highest block first) and p(b) = R_last by Horner in b^q: R_0 = B_0,
-    R_j = B_j + R_{j-1} b^q. About 2√m products instead of m.
-    """
-
-    _cache = {}
-
-    def __init__(self, degree, dtype, device):
-        self.q = q = math.ceil(math.sqrt(degree))
-        rows = [[1.0 / math.factorial(k) if k <= degree else 0.0 for k in range(start, start + q)]
-                for start in reversed(range(0, degree + 1, q))]
-        self.constants = torch.tensor([row[0] for row in rows], dtype=dtype, device=device)[:, None, None]
-        self.coefficients = torch.tensor([row[1:] for row in rows], dtype=dtype, device=device)  # [J, q-1]
-        self.exponents = torch.arange(1, q + 1, device=device).to(dtype)[:, None, None, None]
-
-    @classmethod
-    def of(cls, degree, like):
-        key = (degree, like.dtype, like.device)
-        if key not in cls._cache:
-            cls._cache[key] = cls(degree, like.dtype, like.device)
-        return cls._cache[key]
-
-    def lift_factors(self, lift, like):
-        """2^{lift·k} for the powers k = 1..q, shaped ``[q, 1, 1, 1]``."""
-        return torch.exp2(lift * self.exponents.real).to(like.dtype)
-
-    def powers(self, b):
-        """``[q, N, n, n]``: b, b², .., b^q."""
-        powers = [b]
-        for _ in range(self.q - 1):
-            powers.append(torch.bmm(powers[-1], b))
-        return torch.stack(powers)
-
-    def powers_backward(self, powers, grad_powers):
-        """ḡ_b from ḡ of each power: b^{k+1} = b^k b gives ḡ_{b^k} += ḡ_{b^{k+1}} bᴴ, ḡ_b += (b^k)ᴴ ḡ_{b^{k+1}}."""
-        grad_powers = list(grad_powers.unbind())
+        coefficients = _block_coefficients(q, blocks)
+        grad_powers = [None] * q
+        top = dagger(powers[q - 1])
+        for j in reversed(range(blocks)):  # R_j = B_j + R_{j-1} b_q, B_j = Σ_i c_{j,i} b_i
+            for i, c in enumerate(coefficients[j][1:]):
+                term = c * grad
+                grad_powers[i] = term if grad_powers[i] is None else grad_powers[i] + term
+            if j:
+                previous = dagger(horner[j - 1]) @ grad
+                grad_powers[q - 1] = previous if grad_powers[q - 1] is None else grad_powers[q - 1] + previous
+                grad = torch.bmm(grad, top)
         b_h = dagger(powers[0])
-        for k in reversed(range(1, self.q)):
+        for k in reversed(range(3, q)):  # b_{k+1} = b_k b₁ (0-based index k)
             grad_powers[k - 1] = torch.baddbmm(grad_powers[k - 1], grad_powers[k], b_h)
             grad_powers[0] = torch.baddbmm(grad_powers[0], dagger(powers[k - 1]), grad_powers[k])
-        return grad_powers[0]
+        grad_a, grad_square, grad_cube = (g * 2.0 ** (-s * k) if s else g for k, g in enumerate(grad_powers[:3], 1))
+        a_h = dagger(a)
+        grad_square = torch.baddbmm(grad_square, grad_cube, a_h)  # P₃ = P₂ a'
+        grad_a = torch.baddbmm(grad_a, dagger(square), grad_cube)
+        grad_a = torch.baddbmm(torch.baddbmm(grad_a, grad_square, a_h), a_h, grad_square)  # P₂ = a' a'
+        return (grad_a * 2.0 ** -pre if pre else grad_a).reshape(shape)
 
-    def evaluate(self, powers):
-        """The Horner iterates R_0 .. R_last from the stacked powers; the last is p(b)."""
-        blocks = torch.tensordot(self.coefficients, powers[:-1], dims=1)  # [J, N, n, n]
-        blocks.diagonal(dim1=-2, dim2=-1).add_(self.constants)
-        horner = [blocks[0]]
-        for block in blocks[1:]:
-            horner.append(torch.baddbmm(block, horner[-1], powers[-1]))
-        return horner
 
-    def evaluate_backward(self, powers, horner, grad):
-        """ḡ of each power ``[q, N, n, n]`` from ḡ of p(b), given the Horner iterates but the last."""
-        top = dagger(powers[-1])
-        grad_top = torch.zeros_like(grad)
-        grad_blocks = [grad]
-        for previous in reversed(horner):  # R_j = B_j + R_{j-1} b^q: ḡ_{b^q} += R_{j-1}ᴴ ḡ, ḡ_{R_{j-1}} = ḡ (b^q)ᴴ
-            grad_top = torch.baddbmm(grad_top, dagger(previous), grad)
-            grad = torch.bmm(grad, top)
-            grad_blocks.append(grad)
-        grad_blocks = torch.stack(grad_blocks[::-1])  # [J, N, n, n], highest block first
-        return torch.cat([torch.tensordot(self.coefficients.T, grad_blocks, dims=1), grad_top[None]])
+def _block_coefficients(q: int, blocks: int):
+    """Taylor coefficients 1/k! of degree qJ − 1 in J rows of q (row j: powers 0..q−1 of block j), highest block first."""
+    return [[1.0 / math.factorial(start + i) for i in range(q)] for start in reversed(range(0, q * blocks, q))]
+
+
+def _block(row, powers):
+    """Σ_i c_i b_i with b_0 = I: one Paterson–Stockmeyer block from ``powers = [b₁, .., b_q]``."""
+    value = row[1] * powers[0]
+    for c, power in zip(row[2:], powers[1:]):
+        value = value + c * power
+    value.diagonal(dim1=-2, dim2=-1).add_(row[0])
+    return value
 
 
 def polar(m: torch.Tensor) -> torch.Tensor:
