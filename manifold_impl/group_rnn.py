@@ -4,7 +4,7 @@ Batched over sequences; runs on any device and dtype given at construction. Perf
 the input drive W e_t + b is computed for all t in one matmul before the loop. Without the
 recurrent term the updates do not depend on the state: the exponentials of all steps are one
 batched call, and the running products H_0 U_1 ⋯ U_t come from an associative scan
-(``prefix_products``: ⌈log₂ T⌉ batched products instead of a loop over T), unless
+(``_prefix_products``: ⌈log₂ T⌉ batched products instead of a loop over T), unless
 ``reproject_every`` asks for the step-by-step loop.
 """
 
@@ -63,7 +63,7 @@ class GroupRNNCell(nn.Module):
         if self.state_map is None:
             drive = group.exp(group.hat(self.mixing(drive)))  # [B, T, n, n]: every update in one call
             if every is None:
-                return prefix_products(group, torch.cat([state[:, None], drive], dim=1))[:, 1:]
+                return _prefix_products(group, torch.cat([state[:, None], drive], dim=1))[:, 1:]
         # unbind, not drive[:, t]: the backward of T slices would zero-fill T full-size tensors
         states = []
         for t, step in enumerate(drive.unbind(dim=1)):
@@ -79,7 +79,7 @@ class GroupRNNCell(nn.Module):
         return torch.stack(states, dim=1)
 
 
-def prefix_products(group, factors):
+def _prefix_products(group, factors):
     """Running products ``P_t = F_0 F_1 ⋯ F_t`` of ``factors: [B, T, n, n]`` along axis 1.
 
     Hillis–Steele scan: in round k every P_t with t ≥ 2^k becomes P_{t−2^k} P_t, so after

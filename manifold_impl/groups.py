@@ -64,10 +64,25 @@ class Group:
         raise NotImplementedError
 
     def hat(self, c):
-        """Skew matrix with c_k/√2 at the k-th pair (i, j) and −c_k/√2 at (j, i)."""
-        a = c.new_zeros(*c.shape[:-1], self.n, self.n)
-        a[..., self._rows, self._cols] = c / math.sqrt(2)
-        return a - a.transpose(-1, -2)
+        """Skew matrix with c_k/√2 at the k-th pair (i, j) and −c_k/√2 at (j, i).
+
+        One gather from [0, c, −c]/√2 (``_pair_index``): faster forward and backward than writing
+        the pairs into a zero matrix.
+        """
+        return _gather_matrix(torch.cat([c.new_zeros(*c.shape[:-1], 1), c, -c], dim=-1) / math.sqrt(2),
+                              self._pair_index(skew=True), self.n)
+
+    def _pair_index(self, skew):
+        """``[n²]`` positions into [0, v, ±v]: entry (i, j) of the k-th pair reads v_k at 1 + k,
+        entry (j, i) reads 1 + p + k (skew: −v_k) or 1 + k (symmetric); everything else 0."""
+        key = "_skew_index" if skew else "_symmetric_index"
+        if not hasattr(self, key):
+            pairs, n = self._rows.numel(), self.n
+            index = torch.zeros(n * n, dtype=torch.long)
+            index[self._rows * n + self._cols] = torch.arange(1, pairs + 1)
+            index[self._cols * n + self._rows] = torch.arange(1, pairs + 1) + (pairs if skew else 0)
+            setattr(self, key, index)
+        return getattr(self, key)
 
     def vee(self, a):
         return math.sqrt(2) * a.real[..., self._rows, self._cols]
@@ -155,6 +170,11 @@ class Group:
         return 0.5 * self.mul(x, 3 * torch.eye(self.n, dtype=x.dtype, device=x.device) - self.mul(self.inv(x), x))
 
 
+def _gather_matrix(values, index, n):
+    """``values[..., index]`` as ``[..., n, n]`` (index on values' device)."""
+    return values.index_select(-1, index.to(values.device)).unflatten(-1, (n, n))
+
+
 class Orthogonal(Group):
     """O(n); mirror of reference.groups.Orthogonal."""
 
@@ -203,15 +223,19 @@ class Unitary(Group):
     def _diagonal_coordinates(self, a):
         return diagonal(a).imag
 
-    def _diagonal_matrix(self, c):
-        return torch.diag_embed(torch.complex(torch.zeros_like(c), c))
-
     def hat(self, c):
+        """Real part: the skew matrix of the ``re`` coordinates; imaginary part: the symmetric
+        matrix of the ``im`` coordinates plus the diagonal (two gathers, as in ``Group.hat``)."""
         n, p = self.n, self.n * (self.n - 1) // 2
         diagonal, re, im = c[..., : c.shape[-1] - 2 * p], c[..., -2 * p:][..., :p], c[..., -p:]
-        upper = c.new_zeros(*c.shape[:-1], n, n, dtype=_COMPLEX_OF[c.dtype])
-        upper[..., self._rows, self._cols] = torch.complex(re, im) / math.sqrt(2)
-        return upper - dagger(upper) + self._diagonal_matrix(diagonal)
+        zero = c.new_zeros(*c.shape[:-1], 1)
+        real = _gather_matrix(torch.cat([zero, re, -re], dim=-1) / math.sqrt(2), self._pair_index(skew=True), n)
+        imaginary = _gather_matrix(torch.cat([zero, im], dim=-1) / math.sqrt(2), self._pair_index(skew=False), n)
+        return torch.complex(real, imaginary + torch.diag_embed(self._diagonal_values(diagonal)))
+
+    def _diagonal_values(self, c):
+        """Imaginary parts of the diagonal from its coordinates (U: themselves)."""
+        return c
 
     def vee(self, a):
         upper = math.sqrt(2) * a[..., self._rows, self._cols]
@@ -242,8 +266,8 @@ class SpecialUnitary(Unitary):
     def _diagonal_coordinates(self, a):
         return super()._diagonal_coordinates(a) @ self._helmert(a)
 
-    def _diagonal_matrix(self, c):
-        return super()._diagonal_matrix(c @ self._helmert(c).T)
+    def _diagonal_values(self, c):
+        return c @ self._helmert(c).T
 
     def proj(self, m):
         s = super().proj(m)

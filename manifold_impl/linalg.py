@@ -167,8 +167,7 @@ class _TaylorExp(torch.autograd.Function):
         top = dagger(powers[q - 1])
         for j in reversed(range(blocks)):  # R_j = B_j + R_{j-1} b_q, B_j = Σ_i c_{j,i} b_i
             for i, c in enumerate(coefficients[j][1:]):
-                term = c * grad
-                grad_powers[i] = term if grad_powers[i] is None else grad_powers[i] + term
+                grad_powers[i] = c * grad if grad_powers[i] is None else torch.add(grad_powers[i], grad, alpha=c)
             if j:
                 previous = dagger(horner[j - 1]) @ grad
                 grad_powers[q - 1] = previous if grad_powers[q - 1] is None else grad_powers[q - 1] + previous
@@ -194,7 +193,7 @@ def _block(row, powers):
     """Σ_i c_i b_i with b_0 = I: one Paterson–Stockmeyer block from ``powers = [b₁, .., b_q]``."""
     value = row[1] * powers[0]
     for c, power in zip(row[2:], powers[1:]):
-        value = value + c * power
+        value = torch.add(value, power, alpha=c)
     value.diagonal(dim1=-2, dim2=-1).add_(row[0])
     return value
 

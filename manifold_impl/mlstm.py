@@ -40,7 +40,7 @@ from reference.config import MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS
 # chunks are cheap; the ns/polar reads hold [B, H, chunk, P, P] memories and their Newton–Schulz
 # iterates, so shorter chunks bound the peak memory (batch 8, length 512: 367 MiB at 64, 143 MiB
 # at 16, at the same speed).
-AUTO_CHUNK_SIZE = {"plain": 64, "ns": 16, "polar": 16}
+_AUTO_CHUNK_SIZE = {"plain": 64, "ns": 16, "polar": 16}
 
 
 class MLSTMState(NamedTuple):
@@ -252,14 +252,14 @@ class MLSTMCell(nn.Module):
 
     Args:
         chunk_size: positions per chunk (None: the whole sequence in one chunk; "auto":
-            ``AUTO_CHUNK_SIZE`` of the read).
+            ``_AUTO_CHUNK_SIZE`` of the read).
         checkpoint: recompute the ``ns``/``polar`` chunks in the backward pass.
     """
 
     def __init__(self, config, device=None, dtype=None, chunk_size="auto", checkpoint=True):
         super().__init__()
         if chunk_size == "auto":
-            chunk_size = AUTO_CHUNK_SIZE[config.read]
+            chunk_size = _AUTO_CHUNK_SIZE[config.read]
         elif chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                          or chunk_size < 1):
             raise ValueError(f"chunk_size must be a positive int, None or 'auto', got {chunk_size!r}")
@@ -355,7 +355,7 @@ class MLSTM(nn.Module):
         device, dtype: where and in which precision to keep the parameters.
         generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
         chunk_size: positions per chunk of the cell (None: one chunk; "auto": by read, see
-            ``AUTO_CHUNK_SIZE``); a performance knob only.
+            ``_AUTO_CHUNK_SIZE``); a performance knob only.
         checkpoint: recompute the ``ns``/``polar`` chunks in the backward pass (saves memory).
     """
 

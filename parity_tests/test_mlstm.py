@@ -379,10 +379,10 @@ def test_default_config_is_the_specs_layer():
 
 
 def test_chunk_size_auto_depends_on_the_read_and_bad_sizes_are_refused():
-    from manifold_impl.mlstm import AUTO_CHUNK_SIZE, MLSTMCell
+    from manifold_impl.mlstm import _AUTO_CHUNK_SIZE, MLSTMCell
 
     for read in ("plain", "ns", "polar"):
-        assert MLSTMCell(MLSTMConfig(80, read=read)).chunk_size == AUTO_CHUNK_SIZE[read]
+        assert MLSTMCell(MLSTMConfig(80, read=read)).chunk_size == _AUTO_CHUNK_SIZE[read]
     for bad in (0, -3, 2.5, True, "big"):
         with pytest.raises(ValueError, match="chunk_size"):
             MLSTMCell(MLSTMConfig(80), chunk_size=bad)

@@ -126,7 +126,7 @@ def test_cli_runs_the_mlstm_parity(capsys):
 @pytest.mark.parametrize("length", [1, 2, 3, 5, 8, 13])
 def test_prefix_products_scan_equals_the_running_product(length):
     """The associative scan of the input-driven RNN vs a left-to-right loop (non-commuting U(3) factors)."""
-    from manifold_impl.group_rnn import prefix_products
+    from manifold_impl.group_rnn import _prefix_products
     from manifold_impl.groups import get_group as torch_group
 
     group = torch_group("U", 3)
@@ -135,4 +135,4 @@ def test_prefix_products_scan_equals_the_running_product(length):
     for t in range(length):
         running = factors[:, 0] if t == 0 else running @ factors[:, t]
         expected.append(running)
-    torch.testing.assert_close(prefix_products(group, factors), torch.stack(expected, dim=1), rtol=0, atol=1e-13)
+    torch.testing.assert_close(_prefix_products(group, factors), torch.stack(expected, dim=1), rtol=0, atol=1e-13)
