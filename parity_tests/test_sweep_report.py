@@ -93,3 +93,12 @@ def test_the_paper_preset_sizes_every_arm_to_two_million_and_asks_for_cuda():
         vocab_size = {"ptb_char": 50, "tinyshakespeare": 65}[run.dataset]
         count = parameter_count(MODEL_CONFIGS[run.model](vocab_size=vocab_size, **model_fields))
         assert abs(count - 2_000_000) <= TOLERANCE * 2_000_000, run.name
+
+
+def test_report_counts_diverged_runs_instead_of_averaging_them():
+    from experiments.report import _interval
+
+    assert _interval([float("nan"), float("nan")]) == "diverged (2/2)"
+    assert _interval([2.0, float("nan")]) == "2.0000 (one run); 1/2 diverged"
+    mean, half = mean_ci([1.0, 2.0, 3.0])
+    assert _interval([1.0, 2.0, 3.0]) == f"{mean:.4f} ± {half:.4f}"
