@@ -9,6 +9,10 @@ so an interrupted sweep continues where it stopped (an unfinished training run r
 checkpoint; a recall run starts over); a run that fails writes ``error.txt`` and the others go on.
 ``DIR/sweep.json`` records every run's status.
 
+``--executor ray`` sends the same runs to a Ray cluster instead (``RAY_ADDRESS`` names it;
+without it Ray starts a local one), one task per run with ``--workers`` tasks' worth of CPUs
+shared out as on the pool. The run directories must be on storage every node sees.
+
 A sweep file may set ``NEEDS_CUDA = "why"``: without a CUDA device the sweep then stops before
 starting, printing why, unless ``--allow-cpu`` is given.
 """
@@ -112,8 +116,40 @@ def execute(run, directory):
         return {"name": run.name, "status": "failed", "error": traceback.format_exc().strip().splitlines()[-1]}
 
 
-def run_sweep(path, out=None, workers=2, allow_cpu=False):
+def _execute_with_threads(run, directory, threads):
+    """A Ray task: ``execute`` with the same per-worker thread count as the process pool."""
+    _set_threads(threads)
+    return execute(run, directory)
+
+
+def _run_on_pool(pending, out, workers, threads):
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=_set_threads,
+                                                initargs=(threads,)) as pool:
+        futures = [pool.submit(execute, run, out / run.name) for run in pending]
+        return [future.result() for future in concurrent.futures.as_completed(futures)]
+
+
+def _run_on_ray(pending, out, threads):
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, logging_level="warning")
+    try:
+        task = ray.remote(num_cpus=threads)(_execute_with_threads)
+        return ray.get([task.remote(run, str((out / run.name).resolve()), threads) for run in pending])
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+EXECUTORS = ("local", "ray")
+
+
+def run_sweep(path, out=None, workers=2, allow_cpu=False, executor="local"):
     """Run every pending run of the sweep file (or preset) ``path``; returns ``{name: status}``.
+
+    ``executor``: ``local`` (a process pool of ``workers``) or ``ray`` (see the module docstring).
 
     Raises:
         RuntimeError: the sweep sets ``NEEDS_CUDA``, no CUDA device is present and ``allow_cpu``
@@ -121,6 +157,8 @@ def run_sweep(path, out=None, workers=2, allow_cpu=False):
     """
     import torch
 
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose from {EXECUTORS}")
     path = resolve(path)
     namespace = load_sweep(path)
     runs = namespace["RUNS"]
@@ -133,12 +171,8 @@ def run_sweep(path, out=None, workers=2, allow_cpu=False):
               if (out / run.name / "final.json").exists()}
     pending = [run for run in runs if run.name not in status]
     threads = max(1, (os.cpu_count() or 1) // workers)  # no oversubscription: it slows torch manyfold
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=_set_threads,
-                                                initargs=(threads,)) as pool:
-        futures = [pool.submit(execute, run, out / run.name) for run in pending]
-        for future in concurrent.futures.as_completed(futures):
-            result = future.result()
-            status[result["name"]] = result
+    results = _run_on_ray(pending, out, threads) if executor == "ray" else _run_on_pool(pending, out, workers, threads)
+    status.update({result["name"]: result for result in results})
     ordered = {run.name: status[run.name] for run in runs}
     (out / "sweep.json").write_text(json.dumps({"sweep": str(path), "runs": ordered}, indent=2))
     return ordered
@@ -150,11 +184,13 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--allow-cpu", action="store_true", help="start a sweep that asks for CUDA on the CPU")
+    parser.add_argument("--executor", choices=EXECUTORS, default="local",
+                        help="local process pool, or a Ray cluster (RAY_ADDRESS, else a local one)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     try:
-        status = run_sweep(args.sweep, args.out, args.workers, args.allow_cpu)
+        status = run_sweep(args.sweep, args.out, args.workers, args.allow_cpu, args.executor)
     except (FileNotFoundError, RuntimeError) as error:
         parser.exit(2, f"error: {error}\n")
     failed = [name for name, s in status.items() if s["status"] == "failed"]

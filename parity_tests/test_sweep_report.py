@@ -102,3 +102,17 @@ def test_report_counts_diverged_runs_instead_of_averaging_them():
     assert _interval([2.0, float("nan")]) == "2.0000 (one run); 1/2 diverged"
     mean, half = mean_ci([1.0, 2.0, 3.0])
     assert _interval([1.0, 2.0, 3.0]) == f"{mean:.4f} ± {half:.4f}"
+
+
+def test_the_ray_executor_runs_the_same_sweep_on_a_local_ray(tmp_path):
+    """The real engine: Ray starts locally, runs each SweepRun as a task, a failure is recorded."""
+    sweep = tmp_path / "tiny.py"
+    sweep.write_text(SWEEP)
+    out = tmp_path / "runs"
+    status = run_sweep(sweep, out, workers=2, executor="ray")
+    assert {name: s["status"] for name, s in status.items()} == {
+        "so3-seed0": "done", "so3-seed1": "done", "broken-seed0": "failed"}
+    assert (out / "so3-seed1" / "final.json").exists()
+    assert "unknown group 'Sp'" in (out / "broken-seed0" / "error.txt").read_text()
+    with pytest.raises(ValueError, match="unknown executor"):
+        run_sweep(sweep, out, executor="dask")
