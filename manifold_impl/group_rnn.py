@@ -65,18 +65,49 @@ class GroupRNNCell(nn.Module):
             if every is None:
                 return _prefix_products(group, torch.cat([state[:, None], drive], dim=1))[:, 1:]
         # unbind, not drive[:, t]: the backward of T slices would zero-fill T full-size tensors
-        states = []
+        states, ledger = [], []
         for t, step in enumerate(drive.unbind(dim=1)):
             if self.state_map is None:
                 update = step
             else:
-                update = group.exp(group.hat(self.mixing(step + self.state_map(realvec(state)))))
+                recurrent = _StateMapStep.apply(realvec(state), self.state_map.weight, ledger, t == 0)
+                update = group.exp(group.hat(self.mixing(step + recurrent)))
             state = group.mul(state, update)
             if every is not None and (position + t + 1) % every == 0:
                 fixed = state.detach()
                 state = state + (group.nearest(fixed) - fixed)  # straight-through re-projection
             states.append(state)
         return torch.stack(states, dim=1)
+
+
+class _StateMapStep(torch.autograd.Function):
+    """U realvec(H_{t-1}) of one step, whose U-gradient is formed once for all steps.
+
+    Per step, ḡ_U = ḡ_{c_t}ᵀ realvec(H_{t-1}) is a thin [dim g × B] · [B × m] product that mostly
+    writes memory; summed over T steps it is one [dim g × T·B] · [T·B × m] product instead. The
+    backward pass reaches the steps from the last to the first (step t's input depends on every
+    earlier step), so each step files (ḡ, input) in the shared ``ledger`` and returns no
+    U-gradient, and the first step, reached last, returns the whole sum.
+    """
+
+    @staticmethod
+    def forward(ctx, features, weight, ledger, first):
+        ctx.save_for_backward(features, weight)
+        ctx.ledger, ctx.first = ledger, first
+        return features @ weight.T
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        features, weight = ctx.saved_tensors
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            ctx.ledger.append((grad, features))
+            if ctx.first:
+                grads, inputs = zip(*ctx.ledger)
+                ctx.ledger.clear()
+                grad_weight = torch.cat(grads).T @ torch.cat(inputs)
+        return grad @ weight if ctx.needs_input_grad[0] else None, grad_weight, None, None
 
 
 def _prefix_products(group, factors):

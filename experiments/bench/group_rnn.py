@@ -42,9 +42,11 @@ def versus_lstm(quick=False):
 
 
 def reference_versus_torch(quick=False):
-    config = GroupRNNConfig(vocab_size=20, group="O", n=6, embedding_dim=8)
+    """Both in float64 on a small configuration: O(16), batch 16, length 64 (quick: O(6), 4 × 16)."""
+    n, batch, length, embedding = (6, 4, 16, 8) if quick else (16, 16, 64, 32)
+    config = GroupRNNConfig(vocab_size=20, group="O", n=n, embedding_dim=embedding)
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, 20, size=(4, 17))
+    tokens = rng.integers(0, 20, size=(batch, length + 1))
     reference = ReferenceGroupRNN(config)
     params = reference.init_params(rng)
     optimizer = ReferenceRiemannianAdam(reference.param_spec(), lr=1e-3)
@@ -58,7 +60,7 @@ def reference_versus_torch(quick=False):
     times = alternate({"reference": reference_step,
                        "torch": training_step(GroupRNN(config, dtype=torch.float64), torch.from_numpy(tokens))},
                       repeats=2 if quick else 5)
-    return [row("reference training step time / torch (O(6), batch 4, length 16, float64)",
+    return [row(f"reference training step time / torch (O({n}), batch {batch}, length {length}, float64)",
                 times["reference"] / times["torch"], ">=", 50.0, seconds=times)]
 
 
