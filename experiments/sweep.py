@@ -174,7 +174,8 @@ def run_sweep(path, out=None, workers=2, allow_cpu=False, executor="local"):
     results = _run_on_ray(pending, out, threads) if executor == "ray" else _run_on_pool(pending, out, workers, threads)
     status.update({result["name"]: result for result in results})
     ordered = {run.name: status[run.name] for run in runs}
-    (out / "sweep.json").write_text(json.dumps({"sweep": str(path), "runs": ordered}, indent=2))
+    recorded = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
+    (out / "sweep.json").write_text(json.dumps({"sweep": recorded, "runs": ordered}, indent=2))
     return ordered
 
 
