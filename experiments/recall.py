@@ -6,7 +6,8 @@ One run: AdamW (β 0.9, 0.999, weight decay 0.01) on a fresh training batch ever
 a stream seeded by ``seed``; a fixed validation set drawn from an independent stream; cosine decay
 (or a constant rate, the schedule control); accuracy on the scored positions (repeated keys and
 the final probe) every ``eval_every`` steps. The run directory holds ``config.json``,
-``metrics.jsonl`` and ``final.json``. Runs on CUDA when ``--device cuda`` is given.
+``metrics.jsonl`` and ``final.json`` (and, from the command line, ``command.txt`` and
+``git_revision.txt``). Runs on CUDA when ``--device cuda`` is given.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from experiments.provenance import write_provenance
 from experiments.tasks.nar import NoisyRecallConfig, NoisyRecallTask, accuracy
 from manifold_impl.losses import cross_entropy
 from manifold_impl.mlstm import MLSTM
@@ -132,7 +135,10 @@ def main(argv=None):
     parser.add_argument("--run-dir", type=Path, required=True)
     args = vars(parser.parse_args(argv))
     directory = args.pop("run_dir")
-    print(json.dumps(train_recall(RecallConfig(**args), directory)))
+    config = RecallConfig(**args)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_provenance(directory, "experiments.recall", sys.argv[1:] if argv is None else argv)
+    print(json.dumps(train_recall(config, directory)))
     return 0
 
 

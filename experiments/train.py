@@ -25,7 +25,6 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from tqdm import tqdm
 from experiments.datasets import DATASETS, load_dataset
 from experiments.lm import bits_per_token, random_windows
 from experiments.models import MODEL_CONFIGS, build_model
+from experiments.provenance import write_provenance
 from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
 
@@ -183,14 +183,6 @@ def atomic_save(obj, path):
     os.replace(temporary, path)
 
 
-def git_revision():
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 class Run:
     """One training run in a directory: build, train (resuming if a checkpoint exists), evaluate."""
 
@@ -215,8 +207,7 @@ class Run:
         self.directory.mkdir(parents=True, exist_ok=True)
         record = {"train": dataclasses.asdict(self.train), "model": dataclasses.asdict(self.model_config)}
         (self.directory / "config.json").write_text(json.dumps(record, indent=2))
-        (self.directory / "command.txt").write_text(" ".join([sys.executable, "-m", "experiments.train", *argv]) + "\n")
-        (self.directory / "git_revision.txt").write_text(git_revision() + "\n")
+        write_provenance(self.directory, "experiments.train", argv)
 
     def save_checkpoint(self):
         atomic_save({"step": self.step, "model": self.model.state_dict(),

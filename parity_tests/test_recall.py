@@ -42,3 +42,14 @@ def test_schedules():
     assert learning_rate_factor(cosine, 0) == 1.0 and learning_rate_factor(cosine, 10) == pytest.approx(0.0)
     assert learning_rate_factor(cosine, 5) == pytest.approx(0.5)
     assert {learning_rate_factor(constant, s) for s in range(10)} == {1.0}
+
+
+def test_the_command_line_records_the_command_and_the_revision(tmp_path):
+    from experiments.recall import main
+
+    argv = ["--vocab-size", "24", "--length", "16", "--steps", "2", "--batch", "2", "--valid-sequences", "2",
+            "--eval-every", "1", "--embedding-dim", "8", "--run-dir", str(tmp_path / "run")]
+    assert main(argv) == 0
+    assert (tmp_path / "run" / "command.txt").read_text().split()[1:3] == ["-m", "experiments.recall"]
+    revision = (tmp_path / "run" / "git_revision.txt").read_text().strip()
+    assert revision == "unknown" or len(revision) == 40
