@@ -2,6 +2,10 @@
 
     python -m experiments.train --model group_rnn --dataset ptb_char --group O --n 16 --steps 2000
     python -m experiments.train --resume runs/my-run
+    python -m experiments.train --preset charlm-ptb/rnn-U-seed0 --steps 100   # one run of a preset
+
+``--preset SWEEP/RUN`` takes model, dataset and options from run RUN of a sweep preset (or sweep
+file; see ``experiments.sweep``); further ``--key value`` pairs override them.
 
 Models: the keys of ``experiments.models.MODEL_CONFIGS``; datasets: the keys of ``experiments.datasets.DATASETS``. Every
 ``--key value`` after the two names sets a field of the model's config (``--n 16``) or of
@@ -287,12 +291,33 @@ def build_parser():
     parser.add_argument("--dataset", choices=sorted(DATASETS))
     parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<model>-<dataset>-seed<seed>")
     parser.add_argument("--resume", type=Path, default=None, help="continue the run in this directory")
+    parser.add_argument("--preset", default=None, help="SWEEP/RUN: one training run of a sweep preset or file")
     return parser
+
+
+def preset_argv(preset):
+    """``--model M --dataset D --key value ...`` of run RUN in ``SWEEP/RUN`` (a preset name or a sweep file)."""
+    from experiments.sweep import load_runs, resolve
+
+    sweep, _, name = preset.rpartition("/")
+    if not sweep or not name:
+        raise ValueError(f"--preset takes SWEEP/RUN (for example charlm-ptb/rnn-O-seed0), got {preset!r}")
+    runs = {run.name: run for run in load_runs(resolve(sweep))}
+    if name not in runs:
+        raise ValueError(f"no run {name!r} in {sweep}; it has: {', '.join(sorted(runs)[:8])}, ...")
+    if runs[name].program != "train":
+        raise ValueError(f"{preset} is a {runs[name].program} run; run it with python -m experiments.{runs[name].program}")
+    return runs[name].argv("unused")[:-2]  # without --run-dir
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args, rest = build_parser().parse_known_args(argv)
+    if args.preset is not None:
+        if args.model or args.dataset or args.resume:
+            build_parser().error("--preset replaces --model and --dataset, and cannot resume")
+        argv = [*preset_argv(args.preset), *[a for a in argv if a not in ("--preset", args.preset)]]
+        args, rest = build_parser().parse_known_args(argv)
     if args.resume is not None:
         saved = json.loads((args.resume / "config.json").read_text())
         model_part = {k: v for k, v in saved["model"].items() if k != "vocab_size"}

@@ -88,3 +88,19 @@ def test_learning_rate_schedule():
     assert all(a >= b for a, b in zip(factors[1:], factors[2:]))
     constant = train.TrainConfig(model="group_rnn", dataset="ptb_char", steps=10, schedule="constant")
     assert {train.learning_rate_factor(constant, step) for step in range(10)} == {1.0}
+
+
+def test_a_preset_run_trains_with_overrides(tmp_path):
+    """--preset SWEEP/RUN takes the run's model, dataset and options; later pairs override them."""
+    from experiments.train import main
+
+    run_dir = tmp_path / "lstm"
+    assert main(["--preset", "charlm-ptb/lstm-seed1", "--steps", "2", "--warmup", "1", "--batch", "2", "--length", "8",
+                 "--eval-every", "2", "--eval-tokens", "40", "--checkpoint-every", "2", "--run-dir", str(run_dir)]) == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["train"]["model"] == "lstm" and config["train"]["dataset"] == "ptb_char"
+    assert config["train"]["seed"] == 1 and config["train"]["steps"] == 2 and config["train"]["lr"] == 1e-3
+    with pytest.raises(ValueError, match="no run 'lstm-seed9'"):
+        main(["--preset", "charlm-ptb/lstm-seed9"])
+    with pytest.raises(ValueError, match="recall run"):
+        main(["--preset", "nar-cpu/V48-L64-lr0.01-ns-cosine-seed0"])
