@@ -123,8 +123,10 @@ def _execute_with_threads(run, directory, threads):
 
 
 def _run_on_pool(pending, out, workers, threads):
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=_set_threads,
-                                                initargs=(threads,)) as pool:
+    # One process per run: a worker that outlived edits to the code would still run the old
+    # modules while git_revision.txt names the new checkout.
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=_set_threads, initargs=(threads,),
+                                                max_tasks_per_child=1) as pool:
         futures = [pool.submit(execute, run, out / run.name) for run in pending]
         return [future.result() for future in concurrent.futures.as_completed(futures)]
 

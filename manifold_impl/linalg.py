@@ -49,29 +49,27 @@ def _truncation_theta(degree: int, roundoff: float) -> float:
     return low
 
 
-# Paterson–Stockmeyer layouts (q, J), cheapest first: blocks of q coefficients, J blocks, degree
-# m = qJ − 1 (the largest a layout evaluates at its cost), (q − 1) + (J − 1) products.
-_LAYOUTS = {torch.float32: ((3, 2), (3, 3), (4, 3), (4, 4)),
-            torch.float64: ((3, 3), (4, 3), (4, 4), (5, 4), (5, 5))}
+# The Paterson–Stockmeyer layout (q, J) per precision: blocks of q coefficients, J blocks, degree
+# m = qJ − 1, (q − 1) + (J − 1) products. θ_m: the largest α 2^-s that keeps the truncation error
+# under the unit roundoff (float32: m = 8, θ = 0.65; float64: m = 15, θ = 0.68).
+_LAYOUT = {torch.float32: (3, 3), torch.float64: (4, 4)}
 _ROUNDOFF = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
-_THETA = {dtype: [_truncation_theta(q * blocks - 1, _ROUNDOFF[dtype]) for q, blocks in layouts]
-          for dtype, layouts in _LAYOUTS.items()}  # float32: 0.19, 0.65, 1.31, 2.38 (m = 5, 8, 11, 15)
-_POWER_SAFE = 2.0 ** 60  # ‖a²‖₁, ‖a³‖₁ above this: scale a down first, so that powers cannot overflow
+_THETA = {dtype: _truncation_theta(q * blocks - 1, _ROUNDOFF[dtype]) for dtype, (q, blocks) in _LAYOUT.items()}
+_MAX_SQUARINGS = 1100  # beyond any finite float64 norm; larger s means a non-finite input
 
 
 def expm(a: torch.Tensor) -> torch.Tensor:
     """Matrix exponential of ``a: [..., n, n]`` by scaling and squaring a Taylor polynomial.
 
-    b = a 2^-s, the Taylor polynomial of degree m of b is evaluated by Paterson–Stockmeyer, and
-    squared s times. One (m, s) serves the whole batch, chosen from
-    α = max(‖a²‖₁^{1/2}, ‖a³‖₁^{1/3}) (batch maximum): by Al-Mohy & Higham (SIAM J. Matrix Anal.
-    Appl. 31, 2009, Thm 4.2, p = 2) the truncation error is at most Σ_{k>m} (α 2^-s)^k / k!, which
-    is below the unit roundoff when α 2^-s ≤ θ_m (``_THETA``). Among the layouts, the one with the
-    fewest products (Paterson–Stockmeyer's plus the s squarings) wins: small arguments get a
-    degree-5 polynomial and three products in float32; α is also often well below ‖a‖₁ (random
-    skew matrices, n = 8 to 32: about half), which saves squarings. A matrix of the batch far
-    smaller than the largest is squared more often than it needs; each squaring adds about one
-    rounding error, so its absolute error stays near s·eps.
+    Each matrix gets its own s: b = a 2^-s, the degree-m Taylor polynomial of b is evaluated by
+    Paterson–Stockmeyer (m = 8 with 4 products in float32, m = 15 with 6 in float64), then squared
+    s times. s is the smallest with α 2^-s ≤ θ_m, where α = max(‖a²‖₁^{1/2}, ‖a³‖₁^{1/3}): by
+    Al-Mohy & Higham (SIAM J. Matrix Anal. Appl. 31, 2009, Thm 4.2, p = 2) the truncation error
+    is then at most Σ_{k>m} θ_m^k / k!, under the unit roundoff. α is often well below ‖a‖₁
+    (random skew matrices, n = 8 to 32: about half), which saves squarings. Every matrix's result
+    depends on that matrix alone — bit for bit, whatever else is in the batch (a causal model's
+    past outputs do not move when a later token changes); the batch runs the largest s, each
+    matrix keeping its own squares.
 
     The backward pass is written out (``_TaylorExp``): the exact reverse-mode derivative of these
     products, two products per forward product, reusing the stored powers and squares. That is
@@ -86,37 +84,18 @@ def expm(a: torch.Tensor) -> torch.Tensor:
     return _TaylorExp.apply(a)
 
 
-def _log2_ceil(x: float) -> int:
-    """⌈log₂ x⌉ for finite x > 1, else 0."""
-    return math.ceil(math.log2(x)) if math.isfinite(x) and x > 1.0 else 0
-
-
-def _max_norms(*matrices):
-    """Batch maxima of the 1-norms of each ``[N, n, n]`` argument, as Python floats (one sync)."""
-    if not matrices[0].numel():
-        return [0.0] * len(matrices)
-    return torch.stack([m.abs().sum(dim=-2).amax() for m in matrices]).tolist()
-
-
-def _choose_layout(real, alpha):
-    """(q, J, s) with α 2^-s ≤ θ of the layout and the fewest products; non-finite α: the largest, s = 0."""
-    layouts = _LAYOUTS[real]
-    if not math.isfinite(alpha):
-        return (*layouts[-1], 0)
-    best = None
-    for (q, blocks), theta in zip(layouts, _THETA[real]):
-        s = _log2_ceil(alpha / theta)
-        cost = (q - 1 + blocks - 1 + s, s)
-        if best is None or cost < best[0]:
-            best = (cost, (q, blocks, s))
-    return best[1]
+def _norms(x):
+    """1-norms ``[N, 1, 1]`` of ``x: [N, n, n]``."""
+    return x.abs().sum(dim=-2).amax(dim=-1)[:, None, None]
 
 
 class _TaylorExp(torch.autograd.Function):
     """Scaling and squaring of a Paterson–Stockmeyer Taylor polynomial, on ``[N, n, n]`` batches.
 
-    Names: a' = a 2^-pre (pre = 0 unless a's powers could overflow), P₂ = a'², P₃ = a'³;
-    b_k = (a' 2^-s)^k, so b₁, b₂, b₃ are P₁, P₂, P₃ times 2^{-sk} and higher powers are products.
+    Per matrix: a' = a 2^-p with p = ⌈log₂ ‖a‖₁⌉⁺ (so ‖a'‖₁ ≤ 1 and its powers cannot overflow),
+    P₂ = a'², P₃ = a'³, α = 2^p max(‖P₂‖^{1/2}, ‖P₃‖^{1/3}), s = ⌈log₂(α/θ)⌉⁺, and
+    b_k = P_k f^k with f = 2^{p−s}, so b = a 2^-s; higher powers of b are products. All scalings
+    are by powers of two, hence exact.
     """
 
     @staticmethod
@@ -124,31 +103,32 @@ class _TaylorExp(torch.autograd.Function):
         shape = a.shape
         a = a.reshape(-1, shape[-2], shape[-1])
         real = a.real.dtype if a.is_complex() else a.dtype
-        pre = 0
+        (q, blocks), theta = _LAYOUT[real], _THETA[real]
+        pre = torch.ceil(torch.log2(_norms(a).clamp(min=1.0)))  # p, [N, 1, 1]
+        pre = torch.where(torch.isfinite(pre), pre, 0.0)  # non-finite input: unscaled, NaN/inf propagate
+        a = a * torch.exp2(-pre).to(a.dtype)
         square = torch.bmm(a, a)
         cube = torch.bmm(square, a)
-        norms = _max_norms(square, cube)
-        if not all(math.isfinite(x) and x <= _POWER_SAFE for x in norms):
-            pre = max(0, _log2_ceil(_max_norms(a)[0]) - 4)  # ‖a'‖₁ ≤ 16
-            if pre:
-                a = a * 2.0 ** -pre
-                square = torch.bmm(a, a)
-                cube = torch.bmm(square, a)
-                norms = _max_norms(square, cube)
-        alpha = max(norms[0] ** 0.5, norms[1] ** (1 / 3)) if all(math.isfinite(x) for x in norms) else math.inf
-        q, blocks, s = _choose_layout(real, alpha)
-        powers = [a, square, cube] if not s else [x * 2.0 ** (-s * k) for k, x in enumerate((a, square, cube), 1)]
+        alpha = torch.maximum(_norms(square).sqrt(), _norms(cube).pow(1 / 3))  # of a', ≤ 1
+        squarings = (pre + torch.ceil(torch.log2(alpha / theta))).clamp(min=0.0)
+        squarings = torch.where(torch.isfinite(squarings), squarings, 0.0).clamp(max=_MAX_SQUARINGS)
+        factor = torch.exp2(pre - squarings)  # f, [N, 1, 1]
+        most, scaled = (int(x) for x in torch.stack([squarings.max(), (factor != 1).any().to(factor.dtype)]).tolist()) \
+            if a.numel() else (0, 0)
+        powers = [a, square, cube]
+        if scaled:
+            powers = [x * (factor ** k).to(x.dtype) for k, x in enumerate(powers, 1)]
         while len(powers) < q:
             powers.append(torch.bmm(powers[-1], powers[0]))
         coefficients = _block_coefficients(q, blocks)
         horner = [_block(coefficients[0], powers)]
         for row in coefficients[1:]:
             horner.append(torch.baddbmm(_block(row, powers), horner[-1], powers[q - 1]))
-        squares = [horner[-1]]  # X_0 = T(b), X_{j+1} = X_j²
-        for _ in range(s + pre):
-            squares.append(torch.bmm(squares[-1], squares[-1]))
-        ctx.layout, ctx.scales = (q, blocks, s), (pre, s)
-        ctx.save_for_backward(a, square, *powers, *horner[:-1], *squares[:-1])
+        squares = [horner[-1]]  # X_0 = T(b), X_{j+1} = X_j² where j < s (this matrix's own s)
+        for j in range(most):
+            squares.append(torch.where(squarings > j, torch.bmm(squares[-1], squares[-1]), squares[-1]))
+        ctx.save_for_backward(a, square, pre, squarings, factor, *powers, *horner[:-1], *squares[:-1])
+        ctx.layout, ctx.scaled = (q, blocks), scaled
         return squares[-1].reshape(shape)
 
     @staticmethod
@@ -156,12 +136,12 @@ class _TaylorExp(torch.autograd.Function):
     def backward(ctx, grad):
         shape = grad.shape
         grad = grad.reshape(-1, shape[-2], shape[-1])
-        (q, blocks, s), (pre, _) = ctx.layout, ctx.scales
-        a, square, *rest = ctx.saved_tensors
+        q, blocks = ctx.layout
+        a, square, pre, squarings, factor, *rest = ctx.saved_tensors
         powers, horner, squares = rest[:q], rest[q:q + blocks - 1], rest[q + blocks - 1:]
-        for x in reversed(squares):  # Y = X X:  ḡ_X = ḡ_Y Xᴴ + Xᴴ ḡ_Y
-            xh = dagger(x)
-            grad = torch.baddbmm(torch.bmm(grad, xh), xh, grad)
+        for j in reversed(range(len(squares))):  # Y = X X where j < s:  ḡ_X = ḡ_Y Xᴴ + Xᴴ ḡ_Y
+            xh = dagger(squares[j])
+            grad = torch.where(squarings > j, torch.baddbmm(torch.bmm(grad, xh), xh, grad), grad)
         coefficients = _block_coefficients(q, blocks)
         grad_powers = [None] * q
         top = dagger(powers[q - 1])
@@ -176,12 +156,15 @@ class _TaylorExp(torch.autograd.Function):
         for k in reversed(range(3, q)):  # b_{k+1} = b_k b₁ (0-based index k)
             grad_powers[k - 1] = torch.baddbmm(grad_powers[k - 1], grad_powers[k], b_h)
             grad_powers[0] = torch.baddbmm(grad_powers[0], dagger(powers[k - 1]), grad_powers[k])
-        grad_a, grad_square, grad_cube = (g * 2.0 ** (-s * k) if s else g for k, g in enumerate(grad_powers[:3], 1))
+        grad_a, grad_square, grad_cube = grad_powers[:3]
+        if ctx.scaled:  # b_k = P_k f^k
+            grad_a, grad_square, grad_cube = ((g * (factor ** k).to(g.dtype)) for k, g in
+                                              enumerate(grad_powers[:3], 1))
         a_h = dagger(a)
         grad_square = torch.baddbmm(grad_square, grad_cube, a_h)  # P₃ = P₂ a'
         grad_a = torch.baddbmm(grad_a, dagger(square), grad_cube)
         grad_a = torch.baddbmm(torch.baddbmm(grad_a, grad_square, a_h), a_h, grad_square)  # P₂ = a' a'
-        return (grad_a * 2.0 ** -pre if pre else grad_a).reshape(shape)
+        return (grad_a * torch.exp2(-pre).to(grad_a.dtype)).reshape(shape)
 
 
 def _block_coefficients(q: int, blocks: int):

@@ -170,3 +170,11 @@ def test_torch_model_gradcheck(group):
         return torch_cross_entropy(logits, tokens[:, 1:])
 
     assert torch.autograd.gradcheck(loss, tuple(params[k].clone().requires_grad_() for k in keys))
+
+
+def test_torch_expm_of_a_matrix_does_not_depend_on_its_batch_mates():
+    """Bit for bit: each matrix picks its own scaling, so a large neighbour changes nothing."""
+    a = torch.randn(3, 5, 5, dtype=torch.float32, generator=torch.Generator().manual_seed(5)) * 0.1
+    alone = torch_expm(a[:1])
+    crowded = torch_expm(torch.cat([a[:1], 100.0 * a[1:]]))
+    assert torch.equal(alone[0], crowded[0])
