@@ -27,7 +27,13 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small shapes and few repetitions (smoke test)")
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), default=sorted(BENCHMARKS))
     parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads for every contender (default: torch's; the file name gets _threadsN)")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error("--threads must be at least 1")
+        torch.set_num_threads(args.threads)
     rows, start = [], time.perf_counter()
     for name in args.only:
         for result in BENCHMARKS[name](quick=args.quick):
@@ -39,7 +45,8 @@ def main(argv=None):
                           "platform": platform.platform(), "processor": platform.processor()},
               "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / ("bench_quick.json" if args.quick else "bench.json")
+    stem = "bench_quick" if args.quick else "bench"
+    path = args.out / (stem + (f"_threads{args.threads}" if args.threads is not None else "") + ".json")
     path.write_text(json.dumps(record, indent=2))
     print(f"saved {path}")
     return 0
