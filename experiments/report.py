@@ -71,14 +71,16 @@ def _interval(values):
 
 def plot(arms, key, ylabel, path, log=False):
     figure, axis = plt.subplots(figsize=(7, 4))
-    for arm, runs in arms.items():
+    colors = plt.get_cmap("tab20").colors  # 20 distinct colors: a study has more than ten arms
+    for index, (arm, runs) in enumerate(arms.items()):
         steps = sorted({m["step"] for r in runs for m in r["metrics"]})
         if not steps:
             continue
         values = np.array([np.mean([m[key] for r in runs for m in r["metrics"] if m["step"] == s]) for s in steps])
         shown = values > 0 if log else np.ones(len(values), dtype=bool)  # a log axis cannot show 0
         if shown.any():
-            axis.plot(np.array(steps)[shown], values[shown], marker=".", label=arm)
+            axis.plot(np.array(steps)[shown], values[shown], marker=".", label=arm, color=colors[index % len(colors)],
+                      linestyle="-" if index < len(colors) else "--")
     axis.set_xlabel("step")
     axis.set_ylabel(ylabel)
     if log and axis.lines:
