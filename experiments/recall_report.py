@@ -1,9 +1,10 @@
 """Statistics of a noisy-recall sweep (experiments/sweeps/nar.py run names); used by experiments.report.
 
-Per cell (setting, learning rate, read, schedule): final validation accuracy as mean ± 95%
+Per cell (setting, learning rate, read — ``ns<k>`` for k Newton–Schulz steps other than 5 —,
+schedule): final validation accuracy as mean ± 95%
 t-interval over seeds, the seeds above ``SUCCESS``, and every seed's final (outcomes are bimodal,
-so the mean alone hides the shape). Seed-paired differences: NS − plain at equal setting, lr and
-schedule; cosine − constant at equal setting, lr and read. Curves: accuracy against the step, one
+so the mean alone hides the shape). Seed-paired differences: each NS read − plain at equal setting, lr
+and schedule; cosine − constant at equal setting, lr and read. Curves: accuracy against the step, one
 panel per (setting, lr), each seed a thin line and the mean a thick one.
 """
 
@@ -23,7 +24,7 @@ import numpy as np  # noqa: E402
 from experiments.stats import mean_ci, paired_difference_ci  # noqa: E402
 
 SUCCESS = 0.8  # a seed "succeeds" when its final validation accuracy exceeds this
-NAME = re.compile(r"^(?P<setting>V\d+-L\d+)-lr(?P<lr>[^-]+)-(?P<read>[a-z]+)-(?P<schedule>[a-z]+)-seed(?P<seed>\d+)$")
+NAME = re.compile(r"^(?P<setting>V\d+-L\d+)-lr(?P<lr>[^-]+)-(?P<read>[a-z0-9]+)-(?P<schedule>[a-z]+)-seed(?P<seed>\d+)$")
 
 
 def is_recall_sweep(directory):
@@ -70,9 +71,9 @@ def paired_rows(cells):
     rows = []
     for (setting, lr, read, schedule), seeds in cells.items():
         for factor, other_key, label in (
-                ("read", (setting, lr, "plain", schedule), f"ns − plain ({schedule})"),
+                ("read", (setting, lr, "plain", schedule), f"{read} − plain ({schedule})"),
                 ("schedule", (setting, lr, read, "constant"), f"cosine − constant ({read})")):
-            first = read == "ns" if factor == "read" else schedule == "cosine"
+            first = read != "plain" if factor == "read" else schedule == "cosine"
             if not first or other_key not in cells:
                 continue
             common = sorted(set(seeds) & set(cells[other_key]))

@@ -31,7 +31,7 @@ from pathlib import Path
 
 SWEEPS_DIR = Path(__file__).parent / "sweeps"
 PRESETS = {"charlm-ptb": "charlm_ptb.py", "charlm-shakespeare": "charlm_shakespeare.py", "paper": "charlm_paper.py",
-           "nar-cpu": "nar_cpu.py", "nar-paper": "nar_paper.py"}
+           "nar-cpu": "nar_cpu.py", "nar-cpu-ns-steps": "nar_cpu_ns_steps.py", "nar-paper": "nar_paper.py"}
 PROGRAMS = ("train", "recall")
 
 

@@ -99,3 +99,16 @@ def test_recall_report_statistics_on_known_finals(tmp_path):
     assert paired["cosine − constant (plain)"]["mean"] == pytest.approx(-0.7 / 3)
     assert "cosine − constant (ns)" not in paired  # no constant-schedule NS runs to pair with
     assert (tmp_path / "report_curves.png").stat().st_size > 0
+
+
+def test_ns_step_arms_are_labelled_and_paired_with_plain(tmp_path):
+    runs = load_runs(resolve("nar-cpu-ns-steps"))
+    assert {r.name.split("-")[3] for r in runs} == {"ns1", "ns3"}
+    assert {r.options["ns_steps"] for r in runs} == {1, 3}
+    assert all("ns_steps" not in r.options for r in load_runs(resolve("nar-cpu")))  # 5 steps: the default
+    for read, value in (("plain", 0.2), ("ns1", 0.5)):
+        for seed in range(2):
+            _write_run(tmp_path, f"V48-L64-lr0.01-{read}-cosine-seed{seed}", [(10, value + 0.1 * seed)])
+    report(tmp_path)
+    paired = {r["comparison"]: r for r in json.loads((tmp_path / "report.json").read_text())["paired"]}
+    assert paired["ns1 − plain (cosine)"]["mean"] == pytest.approx(0.3)

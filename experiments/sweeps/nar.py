@@ -9,16 +9,21 @@ from __future__ import annotations
 from experiments.sweep import SweepRun
 
 
-def runs(settings, lrs, seeds, reads=("plain", "ns"), schedules=("cosine",), **options):
-    """Every (setting, lr, read, schedule, seed) as a recall SweepRun; ``options``: RecallConfig fields."""
+def runs(settings, lrs, seeds, reads=("plain", "ns"), schedules=("cosine",), ns_steps=5, **options):
+    """Every (setting, lr, read, schedule, seed) as a recall SweepRun; ``options``: RecallConfig fields.
+
+    The NS read with ``ns_steps`` other than 5 is labelled ``ns<k>`` in the run names (``ns`` is 5 steps).
+    """
     result = []
+    label = {"ns": "ns" if ns_steps == 5 else f"ns{ns_steps}"}
     for vocab, length in settings:
         for lr in lrs:
             for read in reads:
                 for schedule in schedules:
                     for seed in seeds:
-                        name = f"V{vocab}-L{length}-lr{lr:g}-{read}-{schedule}-seed{seed}"
+                        name = f"V{vocab}-L{length}-lr{lr:g}-{label.get(read, read)}-{schedule}-seed{seed}"
+                        steps = {"ns_steps": ns_steps} if read == "ns" and ns_steps != 5 else {}
                         result.append(SweepRun(name, "mlstm", "nar", {
                             "vocab_size": vocab, "length": length, "lr": lr, "read": read, "schedule": schedule,
-                            "seed": seed, **options}, program="recall"))
+                            "seed": seed, **steps, **options}, program="recall"))
     return result
