@@ -41,11 +41,11 @@ class RecallConfig:
 
     vocab_size: int = 80
     length: int = 512
-    embedding_dim: int = 94
+    embedding_dim: int = MLSTMConfig.embedding_dim  # the model defaults (SPEC §6)
     frac_noise: float = 0.8
-    read: str = "plain"
-    ns_steps: int = 5
-    ns_coeffs: str = "cubic"
+    read: str = MLSTMConfig.read
+    ns_steps: int = MLSTMConfig.ns_steps
+    ns_coeffs: str = MLSTMConfig.ns_coeffs
     steps: int = 2000
     batch: int = 64
     lr: float = 1e-3

@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.stats import mean_ci, paired_difference_ci  # noqa: E402
+from experiments.stats import format_interval, paired_difference_ci  # noqa: E402
 
 SUCCESS = 0.8  # a seed "succeeds" when its final validation accuracy exceeds this
 NAME = re.compile(r"^(?P<setting>V\d+-L\d+)-lr(?P<lr>[^-]+)-(?P<read>[a-z0-9]+)-(?P<schedule>[a-z]+)-seed(?P<seed>\d+)$")
@@ -49,11 +49,6 @@ def load_cells(directory):
     return dict(sorted(cells.items()))
 
 
-def _interval(values):
-    mean, half = mean_ci(values)
-    return f"{mean:.3f} ± {half:.3f}" if np.isfinite(half) else f"{mean:.3f} (one seed)"
-
-
 def cell_table(cells):
     lines = ["| setting | lr | read | schedule | seeds | final accuracy (mean ± 95% CI) | seeds > 0.8 | per-seed finals |",
              "|---|---|---|---|---|---|---|---|"]
@@ -61,7 +56,8 @@ def cell_table(cells):
         finals = [seeds[s]["final"] for s in sorted(seeds)]
         wins = sum(f > SUCCESS for f in finals)
         shown = " ".join(f"{f:.2f}" for f in finals)
-        lines.append(f"| {setting} | {lr} | {read} | {schedule} | {len(finals)} | {_interval(finals)} | "
+        interval = format_interval(finals, digits=3)
+        lines.append(f"| {setting} | {lr} | {read} | {schedule} | {len(finals)} | {interval} | "
                      f"{wins}/{len(finals)} | {shown} |")
     return "\n".join(lines) + "\n"
 

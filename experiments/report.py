@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import recall_report  # noqa: E402
-from experiments.stats import mean_ci  # noqa: E402
+from experiments.stats import format_interval  # noqa: E402
 
 
 def arm_of(name):
@@ -49,24 +49,13 @@ def table(arms):
     lines = ["| arm | runs | parameters | test bits/token (mean ± 95% CI) | tokens/s | train time (s) |",
              "|---|---|---|---|---|---|"]
     for arm, runs in arms.items():
-        interval = _interval([r["final"]["test_bits_per_token"] for r in runs])
+        interval = format_interval([r["final"]["test_bits_per_token"] for r in runs])
         parameters = sorted({r["final"]["parameters"] for r in runs})
         speed = np.mean([r["final"]["tokens_per_second"] for r in runs])
         seconds = np.mean([r["final"].get("train_seconds", np.nan) for r in runs])
         lines.append(f"| {arm} | {len(runs)} | {', '.join(f'{p:,}' for p in parameters)} | {interval} | "
                      f"{speed:,.0f} | {seconds:,.0f} |")
     return "\n".join(lines) + "\n"
-
-
-def _interval(values):
-    """``mean ± half-width`` over the finite values; runs that diverged (NaN/inf) are counted, not averaged."""
-    finite = [v for v in values if np.isfinite(v)]
-    diverged = len(values) - len(finite)
-    if not finite:
-        return f"diverged ({diverged}/{len(values)})"
-    mean, half = mean_ci(finite)
-    text = f"{mean:.4f} ± {half:.4f}" if np.isfinite(half) else f"{mean:.4f} (one run)"
-    return text + (f"; {diverged}/{len(values)} diverged" if diverged else "")
 
 
 def plot(arms, key, ylabel, path, log=False):

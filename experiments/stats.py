@@ -30,3 +30,17 @@ def paired_difference_ci(first, second, confidence=0.95):
     if first.shape != second.shape:
         raise ValueError(f"paired values need equal shapes, got {first.shape} and {second.shape}")
     return mean_ci(first - second, confidence)
+
+
+def format_interval(values, digits=4):
+    """``"mean ± half-width"`` of the finite values; runs that diverged (NaN/inf) are counted, not averaged.
+
+    A single finite value reads ``"x (one run)"``; none reads ``"diverged (k/k)"``.
+    """
+    finite = [v for v in values if np.isfinite(v)]
+    diverged = len(values) - len(finite)
+    if not finite:
+        return f"diverged ({diverged}/{len(values)})"
+    mean, half = mean_ci(finite)
+    text = f"{mean:.{digits}f} ± {half:.{digits}f}" if np.isfinite(half) else f"{mean:.{digits}f} (one run)"
+    return text + (f"; {diverged}/{len(values)} diverged" if diverged else "")

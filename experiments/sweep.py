@@ -7,7 +7,8 @@ file in ``experiments/sweeps/`` (``PRESETS``). Runs go to ``DIR/<name>`` (defaul
 ``runs/<sweep file stem>``) on a local process pool. A run whose ``final.json`` exists is skipped,
 so an interrupted sweep continues where it stopped (an unfinished training run resumes from its
 checkpoint; a recall run starts over); a run that fails writes ``error.txt`` and the others go on.
-``DIR/sweep.json`` records every run's status.
+``DIR/sweep-<sweep file stem>.json`` records every run's status (one file per sweep, so
+sweeps that share a directory keep theirs).
 
 ``--executor ray`` sends the same runs to a Ray cluster instead (``RAY_ADDRESS`` names it;
 without it Ray starts a local one), one task per run with ``--workers`` tasks' worth of CPUs
@@ -177,7 +178,7 @@ def run_sweep(path, out=None, workers=2, allow_cpu=False, executor="local"):
     status.update({result["name"]: result for result in results})
     ordered = {run.name: status[run.name] for run in runs}
     recorded = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
-    (out / "sweep.json").write_text(json.dumps({"sweep": recorded, "runs": ordered}, indent=2))
+    (out / f"sweep-{Path(path).stem}.json").write_text(json.dumps({"sweep": recorded, "runs": ordered}, indent=2))
     return ordered
 
 

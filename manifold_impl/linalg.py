@@ -49,32 +49,45 @@ def _truncation_theta(degree: int, roundoff: float) -> float:
     return low
 
 
-# The Paterson–Stockmeyer layout (q, J) per precision: blocks of q coefficients, J blocks, degree
-# m = qJ − 1, (q − 1) + (J − 1) products. θ_m: the largest α 2^-s that keeps the truncation error
-# under the unit roundoff (float32: m = 8, θ = 0.65; float64: m = 15, θ = 0.68).
-_LAYOUT = {torch.float32: (3, 3), torch.float64: (4, 4)}
-_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
-_THETA = {dtype: _truncation_theta(q * blocks - 1, _ROUNDOFF[dtype]) for dtype, (q, blocks) in _LAYOUT.items()}
+# The degree-18 Taylor polynomial in five products (Bader, Blanes & Casas, "Computing the matrix
+# exponential with an optimized Taylor polynomial approximation", Mathematics 7 (2019) 1174, eq. 18
+# and Table 2; the same values as torch's matrix_exp). Row i gives B_{i+1} as a combination of
+# (I, b, b², b³, b⁶); then A₉ = B₁B₅ + B₄ and T₁₈(b) = B₂ + (B₃ + A₉) A₉, which equals Σ_{k≤18} b^k/k!
+# (tested coefficient by coefficient).
+_T18 = (
+    (0.0, -1.00365581030144618291e-01, -8.02924648241156932449e-03, -8.92138498045729985177e-04, 0.0),
+    (0.0, 3.97849749499645077844e-01, 1.36783778460411720168e+00, 4.98289622525382669416e-01,
+     -6.37898194594723280150e-04),
+    (-1.09676396052962061844e+01, 1.68015813878906206114e+00, 5.71779846478865511061e-02,
+     -6.98210122488052056106e-03, 3.34975017086070470649e-05),
+    (-9.04316832390810593223e-02, -6.76404519071381882256e-02, 6.75961301770459654925e-02,
+     2.95552570429315521194e-02, -1.39180257516060693404e-05),
+    (0.0, 0.0, -9.23364619367118555360e-02, -1.69364939002081722752e-02, -1.40086798182036094347e-05),
+)
+_DEGREE = 18
+# θ: the largest α 2^-s that keeps the truncation error under the unit roundoff (float32 ≈ 3.0,
+# float64 ≈ 1.2).
+_THETA = {torch.float32: _truncation_theta(_DEGREE, 2.0 ** -24), torch.float64: _truncation_theta(_DEGREE, 2.0 ** -53)}
 _MAX_SQUARINGS = 1100  # beyond any finite float64 norm; larger s means a non-finite input
 
 
 def expm(a: torch.Tensor) -> torch.Tensor:
     """Matrix exponential of ``a: [..., n, n]`` by scaling and squaring a Taylor polynomial.
 
-    Each matrix gets its own s: b = a 2^-s, the degree-m Taylor polynomial of b is evaluated by
-    Paterson–Stockmeyer (m = 8 with 4 products in float32, m = 15 with 6 in float64), then squared
-    s times. s is the smallest with α 2^-s ≤ θ_m, where α = max(‖a²‖₁^{1/2}, ‖a³‖₁^{1/3}): by
-    Al-Mohy & Higham (SIAM J. Matrix Anal. Appl. 31, 2009, Thm 4.2, p = 2) the truncation error
-    is then at most Σ_{k>m} θ_m^k / k!, under the unit roundoff. α is often well below ‖a‖₁
+    Each matrix gets its own s: b = a 2^-s, the degree-18 Taylor polynomial of b is evaluated in
+    five products (Bader, Blanes & Casas 2019, the scheme of ``torch.linalg.matrix_exp``), then
+    squared s times. s is the smallest with α 2^-s ≤ θ, where α = max(‖a²‖₁^{1/2}, ‖a³‖₁^{1/3}):
+    by Al-Mohy & Higham (SIAM J. Matrix Anal. Appl. 31, 2009, Thm 4.2, p = 2) the truncation
+    error is then at most Σ_{k>18} θ^k / k!, under the unit roundoff. α is often well below ‖a‖₁
     (random skew matrices, n = 8 to 32: about half), which saves squarings. Every matrix's result
     depends on that matrix alone — bit for bit, whatever else is in the batch (a causal model's
     past outputs do not move when a later token changes); the batch runs the largest s, each
     matrix keeping its own squares.
 
     The backward pass is written out (``_TaylorExp``): the exact reverse-mode derivative of these
-    products, two products per forward product, reusing the stored powers and squares. That is
-    the adjoint Fréchet derivative L(aᴴ, g) to the same truncation order as the forward value,
-    at a fraction of the cost of ``torch.linalg.matrix_exp``'s backward (an exponential of the
+    products, two products per forward product, reusing the stored intermediates. That is the
+    adjoint Fréchet derivative L(aᴴ, g) to the same truncation order as the forward value, at a
+    fraction of the cost of ``torch.linalg.matrix_exp``'s backward (an exponential of the
     2n × 2n block matrix [[aᴴ, g], [0, aᴴ]]). Second derivatives raise.
 
     Why not ``torch.linalg.matrix_exp``: besides speed, in torch 2.13, float64, a batch of shape
@@ -85,17 +98,23 @@ def expm(a: torch.Tensor) -> torch.Tensor:
 
 
 def _norms(x):
-    """1-norms ``[N, 1, 1]`` of ``x: [N, n, n]``."""
-    return x.abs().sum(dim=-2).amax(dim=-1)[:, None, None]
+    """1-norms ``[..., 1, 1]`` of ``x: [..., n, n]``."""
+    return x.abs().sum(dim=-2).amax(dim=-1)[..., None, None]
+
+
+def _coefficients(like):
+    """``_T18`` as ``([5, 4], [5])``: the (b, b², b³, b⁶) and the I coefficients, in ``like``'s dtype and device."""
+    table = torch.tensor(_T18, dtype=like.dtype, device=like.device)
+    return table[:, 1:], table[:, 0]
 
 
 class _TaylorExp(torch.autograd.Function):
-    """Scaling and squaring of a Paterson–Stockmeyer Taylor polynomial, on ``[N, n, n]`` batches.
+    """Scaling and squaring of the degree-18 Taylor polynomial, on ``[N, n, n]`` batches.
 
-    Per matrix: a' = a 2^-p with p = ⌈log₂ ‖a‖₁⌉⁺ (so ‖a'‖₁ ≤ 1 and its powers cannot overflow),
-    P₂ = a'², P₃ = a'³, α = 2^p max(‖P₂‖^{1/2}, ‖P₃‖^{1/3}), s = ⌈log₂(α/θ)⌉⁺, and
-    b_k = P_k f^k with f = 2^{p−s}, so b = a 2^-s; higher powers of b are products. All scalings
-    are by powers of two, hence exact.
+    Per matrix: a' = a 2^-p with p ≥ 0 the exponent of ‖a‖₁ (so ‖a'‖₁ ≤ 1 and its powers cannot
+    overflow), P₂ = a'², P₃ = a'³, α = 2^p max(‖P₂‖^{1/2}, ‖P₃‖^{1/3}), s = ⌈log₂(α/θ)⌉⁺, and
+    b_k = P_k f^k with f = 2^{p−s}, so b = a 2^-s; b⁶ = b₃ b₃. All scalings are by powers of two,
+    hence exact.
     """
 
     @staticmethod
@@ -103,32 +122,32 @@ class _TaylorExp(torch.autograd.Function):
         shape = a.shape
         a = a.reshape(-1, shape[-2], shape[-1])
         real = a.real.dtype if a.is_complex() else a.dtype
-        (q, blocks), theta = _LAYOUT[real], _THETA[real]
-        pre = torch.ceil(torch.log2(_norms(a).clamp(min=1.0)))  # p, [N, 1, 1]
-        pre = torch.where(torch.isfinite(pre), pre, 0.0)  # non-finite input: unscaled, NaN/inf propagate
+        pre = torch.frexp(_norms(a))[1].clamp(min=0).to(real)  # p; 0 for a non-finite norm
         a = a * torch.exp2(-pre).to(a.dtype)
         square = torch.bmm(a, a)
         cube = torch.bmm(square, a)
         alpha = torch.maximum(_norms(square).sqrt(), _norms(cube).pow(1 / 3))  # of a', ≤ 1
-        squarings = (pre + torch.ceil(torch.log2(alpha / theta))).clamp(min=0.0)
-        squarings = torch.where(torch.isfinite(squarings), squarings, 0.0).clamp(max=_MAX_SQUARINGS)
+        squarings = (pre + torch.ceil(torch.log2(alpha / _THETA[real])))
+        squarings = squarings.nan_to_num(nan=0.0, posinf=0.0).clamp(min=0.0, max=_MAX_SQUARINGS)
         factor = torch.exp2(pre - squarings)  # f, [N, 1, 1]
-        most, scaled = (int(x) for x in torch.stack([squarings.max(), (factor != 1).any().to(factor.dtype)]).tolist()) \
+        most, least = (int(x) for x in torch.stack([squarings.max(), squarings.min()]).tolist()) \
             if a.numel() else (0, 0)
-        powers = [a, square, cube]
-        if scaled:
-            powers = [x * (factor ** k).to(x.dtype) for k, x in enumerate(powers, 1)]
-        while len(powers) < q:
-            powers.append(torch.bmm(powers[-1], powers[0]))
-        coefficients = _block_coefficients(q, blocks)
-        horner = [_block(coefficients[0], powers)]
-        for row in coefficients[1:]:
-            horner.append(torch.baddbmm(_block(row, powers), horner[-1], powers[q - 1]))
-        squares = [horner[-1]]  # X_0 = T(b), X_{j+1} = X_j² where j < s (this matrix's own s)
+        powers = torch.stack([a * factor.to(a.dtype), square * (factor ** 2).to(a.dtype),
+                              cube * (factor ** 3).to(a.dtype)])  # b, b², b³: [3, N, n, n]
+        powers = torch.cat([powers, torch.bmm(powers[2], powers[2])[None]])  # and b⁶
+        combination, identity = _coefficients(a)
+        terms = (combination @ powers.flatten(1)).view(5, *a.shape)  # B₁..B₅ without their I terms
+        terms.diagonal(dim1=-2, dim2=-1).add_(identity[:, None, None])
+        first, second, third, fourth, fifth = terms.unbind()
+        nine = torch.baddbmm(fourth, first, fifth)  # A₉
+        inner = third + nine
+        squares = [torch.baddbmm(second, inner, nine)]  # X_0 = T₁₈(b), X_{j+1} = X_j² where j < s
         for j in range(most):
-            squares.append(torch.where(squarings > j, torch.bmm(squares[-1], squares[-1]), squares[-1]))
-        ctx.save_for_backward(a, square, pre, squarings, factor, *powers, *horner[:-1], *squares[:-1])
-        ctx.layout, ctx.scaled = (q, blocks), scaled
+            product = torch.bmm(squares[-1], squares[-1])
+            squares.append(product if j < least else torch.where(squarings > j, product, squares[-1]))
+        ctx.save_for_backward(a, square, pre, squarings, factor, powers[2], first, fifth, nine, inner,
+                              *squares[:-1])
+        ctx.least = least
         return squares[-1].reshape(shape)
 
     @staticmethod
@@ -136,49 +155,27 @@ class _TaylorExp(torch.autograd.Function):
     def backward(ctx, grad):
         shape = grad.shape
         grad = grad.reshape(-1, shape[-2], shape[-1])
-        q, blocks = ctx.layout
-        a, square, pre, squarings, factor, *rest = ctx.saved_tensors
-        powers, horner, squares = rest[:q], rest[q:q + blocks - 1], rest[q + blocks - 1:]
+        a, square, pre, squarings, factor, cube_b, first, fifth, nine, inner, *squares = ctx.saved_tensors
         for j in reversed(range(len(squares))):  # Y = X X where j < s:  ḡ_X = ḡ_Y Xᴴ + Xᴴ ḡ_Y
             xh = dagger(squares[j])
-            grad = torch.where(squarings > j, torch.baddbmm(torch.bmm(grad, xh), xh, grad), grad)
-        coefficients = _block_coefficients(q, blocks)
-        grad_powers = [None] * q
-        top = dagger(powers[q - 1])
-        for j in reversed(range(blocks)):  # R_j = B_j + R_{j-1} b_q, B_j = Σ_i c_{j,i} b_i
-            for i, c in enumerate(coefficients[j][1:]):
-                grad_powers[i] = c * grad if grad_powers[i] is None else torch.add(grad_powers[i], grad, alpha=c)
-            if j:
-                previous = dagger(horner[j - 1]) @ grad
-                grad_powers[q - 1] = previous if grad_powers[q - 1] is None else grad_powers[q - 1] + previous
-                grad = torch.bmm(grad, top)
-        b_h = dagger(powers[0])
-        for k in reversed(range(3, q)):  # b_{k+1} = b_k b₁ (0-based index k)
-            grad_powers[k - 1] = torch.baddbmm(grad_powers[k - 1], grad_powers[k], b_h)
-            grad_powers[0] = torch.baddbmm(grad_powers[0], dagger(powers[k - 1]), grad_powers[k])
-        grad_a, grad_square, grad_cube = grad_powers[:3]
-        if ctx.scaled:  # b_k = P_k f^k
-            grad_a, grad_square, grad_cube = ((g * (factor ** k).to(g.dtype)) for k, g in
-                                              enumerate(grad_powers[:3], 1))
+            step = torch.baddbmm(torch.bmm(grad, xh), xh, grad)
+            grad = step if j < ctx.least else torch.where(squarings > j, step, grad)
+        grad_inner = torch.bmm(grad, dagger(nine))  # T = B₂ + C A₉, C = B₃ + A₉
+        grad_nine = torch.baddbmm(grad_inner, dagger(inner), grad)
+        grad_terms = torch.stack([torch.bmm(grad_nine, dagger(fifth)), grad, grad_inner, grad_nine,
+                                  torch.bmm(dagger(first), grad_nine)])  # A₉ = B₁ B₅ + B₄
+        combination, _ = _coefficients(grad)
+        grad_powers = (combination.T @ grad_terms.flatten(1)).view(4, *grad.shape)
+        grad_b, grad_b2, grad_b3, grad_b6 = grad_powers.unbind()
+        cube_h = dagger(cube_b)
+        grad_b3 = torch.baddbmm(torch.baddbmm(grad_b3, grad_b6, cube_h), cube_h, grad_b6)  # b⁶ = b³ b³
+        f = factor.to(grad.dtype)  # b_k = P_k f^k
+        grad_a, grad_square, grad_cube = grad_b * f, grad_b2 * f ** 2, grad_b3 * f ** 3
         a_h = dagger(a)
         grad_square = torch.baddbmm(grad_square, grad_cube, a_h)  # P₃ = P₂ a'
         grad_a = torch.baddbmm(grad_a, dagger(square), grad_cube)
         grad_a = torch.baddbmm(torch.baddbmm(grad_a, grad_square, a_h), a_h, grad_square)  # P₂ = a' a'
         return (grad_a * torch.exp2(-pre).to(grad_a.dtype)).reshape(shape)
-
-
-def _block_coefficients(q: int, blocks: int):
-    """Taylor coefficients 1/k! of degree qJ − 1 in J rows of q (row j: powers 0..q−1 of block j), highest block first."""
-    return [[1.0 / math.factorial(start + i) for i in range(q)] for start in reversed(range(0, q * blocks, q))]
-
-
-def _block(row, powers):
-    """Σ_i c_i b_i with b_0 = I: one Paterson–Stockmeyer block from ``powers = [b₁, .., b_q]``."""
-    value = row[1] * powers[0]
-    for c, power in zip(row[2:], powers[1:]):
-        value = torch.add(value, power, alpha=c)
-    value.diagonal(dim1=-2, dim2=-1).add_(row[0])
-    return value
 
 
 def polar(m: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,8 @@
 """Gradients: reference autograd vs central finite differences, torch gradcheck, and the pinned
 complex-gradient convention between the two."""
 
+import math
+
 import autograd
 import autograd.numpy as anp
 import numpy as np
@@ -178,3 +180,16 @@ def test_torch_expm_of_a_matrix_does_not_depend_on_its_batch_mates():
     alone = torch_expm(a[:1])
     crowded = torch_expm(torch.cat([a[:1], 100.0 * a[1:]]))
     assert torch.equal(alone[0], crowded[0])
+
+
+def test_torch_expm_scheme_is_the_degree_18_taylor_polynomial():
+    """The five-product scheme's coefficients, multiplied out as scalar polynomials: Σ_{k≤18} x^k / k!."""
+    from numpy.polynomial import polynomial
+
+    from manifold_impl.linalg import _T18
+
+    basis = [np.eye(1, 7, k)[0] for k in (0, 1, 2, 3, 6)]  # I, x, x², x³, x⁶
+    first, second, third, fourth, fifth = (sum(c * p for c, p in zip(row, basis)) for row in _T18)
+    nine = polynomial.polyadd(polynomial.polymul(first, fifth), fourth)
+    taylor = polynomial.polyadd(second, polynomial.polymul(polynomial.polyadd(third, nine), nine))
+    np.testing.assert_allclose(taylor, [1 / math.factorial(k) for k in range(19)], rtol=1e-14)

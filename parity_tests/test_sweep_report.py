@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 
 from experiments.report import arm_of, report
-from experiments.stats import mean_ci, paired_difference_ci
+from experiments.stats import format_interval, mean_ci, paired_difference_ci
 from experiments.sweep import run_sweep
 
 
@@ -45,7 +45,7 @@ def test_sweep_runs_skips_and_survives_a_failure_and_the_report_summarizes(tmp_p
     assert {name: s["status"] for name, s in status.items()} == {
         "so3-seed0": "done", "so3-seed1": "done", "broken-seed0": "failed"}
     assert "unknown group 'Sp'" in (out / "broken-seed0" / "error.txt").read_text()
-    assert json.loads((out / "sweep.json").read_text())["runs"]["broken-seed0"]["status"] == "failed"
+    assert json.loads((out / "sweep-tiny.json").read_text())["runs"]["broken-seed0"]["status"] == "failed"
 
     again = run_sweep(sweep, out, workers=1)
     assert again["so3-seed0"]["status"] == "skipped (complete)" and again["broken-seed0"]["status"] == "failed"
@@ -96,12 +96,10 @@ def test_the_paper_preset_sizes_every_arm_to_two_million_and_asks_for_cuda():
 
 
 def test_report_counts_diverged_runs_instead_of_averaging_them():
-    from experiments.report import _interval
-
-    assert _interval([float("nan"), float("nan")]) == "diverged (2/2)"
-    assert _interval([2.0, float("nan")]) == "2.0000 (one run); 1/2 diverged"
+    assert format_interval([float("nan"), float("nan")]) == "diverged (2/2)"
+    assert format_interval([2.0, float("nan")]) == "2.0000 (one run); 1/2 diverged"
     mean, half = mean_ci([1.0, 2.0, 3.0])
-    assert _interval([1.0, 2.0, 3.0]) == f"{mean:.4f} ± {half:.4f}"
+    assert format_interval([1.0, 2.0, 3.0]) == f"{mean:.4f} ± {half:.4f}"
 
 
 def test_the_ray_executor_runs_the_same_sweep_on_a_local_ray(tmp_path):
