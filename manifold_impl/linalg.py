@@ -5,6 +5,7 @@ Shapes as in the reference: ``x: [..., n, n]`` with leading batch axes.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -104,8 +105,13 @@ def _norms(x):
 
 def _coefficients(like):
     """``_T18`` as ``([5, 4], [5])``: the (b, b², b³, b⁶) and the I coefficients, in ``like``'s dtype and device."""
-    table = torch.tensor(_T18, dtype=like.dtype, device=like.device)
-    return table[:, 1:], table[:, 0]
+    return _coefficient_table(like.dtype, like.device)
+
+
+@functools.lru_cache(maxsize=None)
+def _coefficient_table(dtype, device):
+    table = torch.tensor(_T18, dtype=dtype, device=device)
+    return table[:, 1:].contiguous(), table[:, 0].contiguous()
 
 
 class _TaylorExp(torch.autograd.Function):
@@ -132,9 +138,10 @@ class _TaylorExp(torch.autograd.Function):
         factor = torch.exp2(pre - squarings)  # f, [N, 1, 1]
         most, least = (int(x) for x in torch.stack([squarings.max(), squarings.min()]).tolist()) \
             if a.numel() else (0, 0)
-        powers = torch.stack([a * factor.to(a.dtype), square * (factor ** 2).to(a.dtype),
-                              cube * (factor ** 3).to(a.dtype)])  # b, b², b³: [3, N, n, n]
-        powers = torch.cat([powers, torch.bmm(powers[2], powers[2])[None]])  # and b⁶
+        f = factor.to(a.dtype)
+        f_square = f * f
+        cube_b = cube * (f_square * f)  # b³
+        powers = torch.stack([a * f, square * f_square, cube_b, torch.bmm(cube_b, cube_b)])  # b, b², b³, b⁶
         combination, identity = _coefficients(a)
         terms = (combination @ powers.flatten(1)).view(5, *a.shape)  # B₁..B₅ without their I terms
         terms.diagonal(dim1=-2, dim2=-1).add_(identity[:, None, None])
@@ -145,7 +152,7 @@ class _TaylorExp(torch.autograd.Function):
         for j in range(most):
             product = torch.bmm(squares[-1], squares[-1])
             squares.append(product if j < least else torch.where(squarings > j, product, squares[-1]))
-        ctx.save_for_backward(a, square, pre, squarings, factor, powers[2], first, fifth, nine, inner,
+        ctx.save_for_backward(a, square, pre, squarings, factor, cube_b, first, fifth, nine, inner,
                               *squares[:-1])
         ctx.least = least
         return squares[-1].reshape(shape)
@@ -170,7 +177,8 @@ class _TaylorExp(torch.autograd.Function):
         cube_h = dagger(cube_b)
         grad_b3 = torch.baddbmm(torch.baddbmm(grad_b3, grad_b6, cube_h), cube_h, grad_b6)  # b⁶ = b³ b³
         f = factor.to(grad.dtype)  # b_k = P_k f^k
-        grad_a, grad_square, grad_cube = grad_b * f, grad_b2 * f ** 2, grad_b3 * f ** 3
+        f_square = f * f
+        grad_a, grad_square, grad_cube = grad_b * f, grad_b2 * f_square, grad_b3 * (f_square * f)
         a_h = dagger(a)
         grad_square = torch.baddbmm(grad_square, grad_cube, a_h)  # P₃ = P₂ a'
         grad_a = torch.baddbmm(grad_a, dagger(square), grad_cube)
