@@ -50,40 +50,52 @@ def _truncation_theta(degree: int, roundoff: float) -> float:
     return low
 
 
-# The degree-18 Taylor polynomial in five products (Bader, Blanes & Casas, "Computing the matrix
-# exponential with an optimized Taylor polynomial approximation", Mathematics 7 (2019) 1174, eq. 18
-# and Table 2; the same values as torch's matrix_exp). Row i gives B_{i+1} as a combination of
-# (I, b, b², b³, b⁶); then A₉ = B₁B₅ + B₄ and T₁₈(b) = B₂ + (B₃ + A₉) A₉, which equals Σ_{k≤18} b^k/k!
-# (tested coefficient by coefficient).
+# Taylor polynomials evaluated with few products (Bader, Blanes & Casas, "Computing the matrix
+# exponential with an optimized Taylor polynomial approximation", Mathematics 7 (2019) 1174; the
+# values of torch's matrix_exp). Both share one form: with rows L, R, D, E, F of the table, each a
+# combination of the powers (I, b, b², b³[, b⁶]),
+#     inner = L·R + D,   T(b) = E + (F + inner)·inner,
+# which multiplies out to Σ_{k≤m} b^k/k! exactly (tested coefficient by coefficient).
+# Degree 12 in 4 products (b², b³, L·R, the last): L = R, so inner = A₆ of the paper.
+_T12 = (
+    (-2.0861320e-13, -0.13181061013830184015, -0.02027855540589259079, -0.00675951846863086359),
+    (-2.0861320e-13, -0.13181061013830184015, -0.02027855540589259079, -0.00675951846863086359),
+    (0.18188869982170434744, 0.05502798439925399070, 0.09351590770535414968, 0.00610700528898058230),
+    (9.0198e-16, 0.46932117595418237389, -0.20099424927047284052, -0.04623946134063071740),
+    (5.31597895759871264183, 1.19926790417132231573, 0.01179296240992997031, 0.01108844528519167989),
+)
+# Degree 18 in 5 products (b², b³, b⁶ = b³b³, L·R, the last): inner = A₉ of the paper.
 _T18 = (
     (0.0, -1.00365581030144618291e-01, -8.02924648241156932449e-03, -8.92138498045729985177e-04, 0.0),
+    (0.0, 0.0, -9.23364619367118555360e-02, -1.69364939002081722752e-02, -1.40086798182036094347e-05),
+    (-9.04316832390810593223e-02, -6.76404519071381882256e-02, 6.75961301770459654925e-02,
+     2.95552570429315521194e-02, -1.39180257516060693404e-05),
     (0.0, 3.97849749499645077844e-01, 1.36783778460411720168e+00, 4.98289622525382669416e-01,
      -6.37898194594723280150e-04),
     (-1.09676396052962061844e+01, 1.68015813878906206114e+00, 5.71779846478865511061e-02,
      -6.98210122488052056106e-03, 3.34975017086070470649e-05),
-    (-9.04316832390810593223e-02, -6.76404519071381882256e-02, 6.75961301770459654925e-02,
-     2.95552570429315521194e-02, -1.39180257516060693404e-05),
-    (0.0, 0.0, -9.23364619367118555360e-02, -1.69364939002081722752e-02, -1.40086798182036094347e-05),
 )
-_DEGREE = 18
-# θ: the largest α 2^-s that keeps the truncation error under the unit roundoff (float32 ≈ 3.0,
-# float64 ≈ 1.2).
-_THETA = {torch.float32: _truncation_theta(_DEGREE, 2.0 ** -24), torch.float64: _truncation_theta(_DEGREE, 2.0 ** -53)}
+# Per precision the cheaper one: float32 degree 12 (θ = 1.56), float64 degree 18 (θ = 1.14; degree
+# 12 would need θ = 0.34, about two more squarings). θ: the largest α 2^-s whose truncation error
+# stays under the unit roundoff.
+_SCHEME = {torch.float32: (12, _T12), torch.float64: (18, _T18)}
+_THETA = {torch.float32: _truncation_theta(12, 2.0 ** -24), torch.float64: _truncation_theta(18, 2.0 ** -53)}
 _MAX_SQUARINGS = 1100  # beyond any finite float64 norm; larger s means a non-finite input
 
 
 def expm(a: torch.Tensor) -> torch.Tensor:
     """Matrix exponential of ``a: [..., n, n]`` by scaling and squaring a Taylor polynomial.
 
-    Each matrix gets its own s: b = a 2^-s, the degree-18 Taylor polynomial of b is evaluated in
-    five products (Bader, Blanes & Casas 2019, the scheme of ``torch.linalg.matrix_exp``), then
-    squared s times. s is the smallest with α 2^-s ≤ θ, where α = max(‖a²‖₁^{1/2}, ‖a³‖₁^{1/3}):
-    by Al-Mohy & Higham (SIAM J. Matrix Anal. Appl. 31, 2009, Thm 4.2, p = 2) the truncation
-    error is then at most Σ_{k>18} θ^k / k!, under the unit roundoff. α is often well below ‖a‖₁
-    (random skew matrices, n = 8 to 32: about half), which saves squarings. Every matrix's result
-    depends on that matrix alone — bit for bit, whatever else is in the batch (a causal model's
-    past outputs do not move when a later token changes); the batch runs the largest s, each
-    matrix keeping its own squares.
+    Each matrix gets its own s: b = a 2^-s, the Taylor polynomial of b of degree m is evaluated
+    with few products (Bader, Blanes & Casas 2019, the schemes of ``torch.linalg.matrix_exp``;
+    float32: m = 12 in 4 products, float64: m = 18 in 5), then squared s times. s is the smallest
+    with α 2^-s ≤ θ_m, where α = max(‖a²‖₁^{1/2}, ‖a³‖₁^{1/3}): by Al-Mohy & Higham (SIAM J.
+    Matrix Anal. Appl. 31, 2009, Thm 4.2, p = 2) the truncation error is then at most
+    Σ_{k>m} θ_m^k / k!, under the unit roundoff. α is often well below ‖a‖₁ (random skew
+    matrices, n = 8 to 32: about half), which saves squarings. Every matrix's result depends on
+    that matrix alone — bit for bit, whatever else is in the batch (a causal model's past outputs
+    do not move when a later token changes); the batch runs the largest s, each matrix keeping its
+    own squares.
 
     The backward pass is written out (``_TaylorExp``): the exact reverse-mode derivative of these
     products, two products per forward product, reusing the stored intermediates. That is the
@@ -103,24 +115,21 @@ def _norms(x):
     return x.abs().sum(dim=-2).amax(dim=-1)[..., None, None]
 
 
-def _coefficients(like):
-    """``_T18`` as ``([5, 4], [5])``: the (b, b², b³, b⁶) and the I coefficients, in ``like``'s dtype and device."""
-    return _coefficient_table(like.dtype, like.device)
-
-
 @functools.lru_cache(maxsize=None)
-def _coefficient_table(dtype, device):
-    table = torch.tensor(_T18, dtype=dtype, device=device)
+def _coefficients(degree, dtype, device):
+    """The scheme's table as ``([5, k], [5])``: coefficients of the k powers, and of I."""
+    table = torch.tensor(_T18 if degree == 18 else _T12, dtype=dtype, device=device)
     return table[:, 1:].contiguous(), table[:, 0].contiguous()
 
 
 class _TaylorExp(torch.autograd.Function):
-    """Scaling and squaring of the degree-18 Taylor polynomial, on ``[N, n, n]`` batches.
+    """Scaling and squaring of a Taylor polynomial (``_SCHEME``), on ``[N, n, n]`` batches.
 
     Per matrix: a' = a 2^-p with p ≥ 0 the exponent of ‖a‖₁ (so ‖a'‖₁ ≤ 1 and its powers cannot
     overflow), P₂ = a'², P₃ = a'³, α = 2^p max(‖P₂‖^{1/2}, ‖P₃‖^{1/3}), s = ⌈log₂(α/θ)⌉⁺, and
-    b_k = P_k f^k with f = 2^{p−s}, so b = a 2^-s; b⁶ = b₃ b₃. All scalings are by powers of two,
-    hence exact.
+    b_k = P_k f^k with f = 2^{p−s}, so b = a 2^-s (degree 18 also b⁶ = b³ b³). All scalings are
+    by powers of two, hence exact. Then inner = L·R + D, T = E + (F + inner)·inner with L..F the
+    table's combinations of the powers, and X_{j+1} = X_j² from X_0 = T.
     """
 
     @staticmethod
@@ -128,6 +137,7 @@ class _TaylorExp(torch.autograd.Function):
         shape = a.shape
         a = a.reshape(-1, shape[-2], shape[-1])
         real = a.real.dtype if a.is_complex() else a.dtype
+        degree = _SCHEME[real][0]
         pre = torch.frexp(_norms(a))[1].clamp(min=0).to(real)  # p; 0 for a non-finite norm
         a = a * torch.exp2(-pre).to(a.dtype)
         square = torch.bmm(a, a)
@@ -141,20 +151,20 @@ class _TaylorExp(torch.autograd.Function):
         f = factor.to(a.dtype)
         f_square = f * f
         cube_b = cube * (f_square * f)  # b³
-        powers = torch.stack([a * f, square * f_square, cube_b, torch.bmm(cube_b, cube_b)])  # b, b², b³, b⁶
-        combination, identity = _coefficients(a)
-        terms = (combination @ powers.flatten(1)).view(5, *a.shape)  # B₁..B₅ without their I terms
+        powers = [a * f, square * f_square, cube_b] + ([torch.bmm(cube_b, cube_b)] if degree == 18 else [])
+        combination, identity = _coefficients(degree, a.dtype, a.device)
+        terms = (combination @ torch.stack(powers).flatten(1)).view(5, *a.shape)  # L, R, D, E, F less I
         terms.diagonal(dim1=-2, dim2=-1).add_(identity[:, None, None])
-        first, second, third, fourth, fifth = terms.unbind()
-        nine = torch.baddbmm(fourth, first, fifth)  # A₉
-        inner = third + nine
-        squares = [torch.baddbmm(second, inner, nine)]  # X_0 = T₁₈(b), X_{j+1} = X_j² where j < s
+        left, right, addend, outer, shift = terms.unbind()
+        inner = torch.baddbmm(addend, left, right)
+        shifted = shift + inner
+        squares = [torch.baddbmm(outer, shifted, inner)]  # X_0 = T(b), X_{j+1} = X_j² where j < s
         for j in range(most):
             product = torch.bmm(squares[-1], squares[-1])
             squares.append(product if j < least else torch.where(squarings > j, product, squares[-1]))
-        ctx.save_for_backward(a, square, pre, squarings, factor, cube_b, first, fifth, nine, inner,
+        ctx.save_for_backward(a, square, pre, squarings, factor, cube_b, left, right, inner, shifted,
                               *squares[:-1])
-        ctx.least = least
+        ctx.least, ctx.degree = least, degree
         return squares[-1].reshape(shape)
 
     @staticmethod
@@ -162,23 +172,25 @@ class _TaylorExp(torch.autograd.Function):
     def backward(ctx, grad):
         shape = grad.shape
         grad = grad.reshape(-1, shape[-2], shape[-1])
-        a, square, pre, squarings, factor, cube_b, first, fifth, nine, inner, *squares = ctx.saved_tensors
+        a, square, pre, squarings, factor, cube_b, left, right, inner, shifted, *squares = ctx.saved_tensors
         for j in reversed(range(len(squares))):  # Y = X X where j < s:  ḡ_X = ḡ_Y Xᴴ + Xᴴ ḡ_Y
             xh = dagger(squares[j])
             step = torch.baddbmm(torch.bmm(grad, xh), xh, grad)
             grad = step if j < ctx.least else torch.where(squarings > j, step, grad)
-        grad_inner = torch.bmm(grad, dagger(nine))  # T = B₂ + C A₉, C = B₃ + A₉
-        grad_nine = torch.baddbmm(grad_inner, dagger(inner), grad)
-        grad_terms = torch.stack([torch.bmm(grad_nine, dagger(fifth)), grad, grad_inner, grad_nine,
-                                  torch.bmm(dagger(first), grad_nine)])  # A₉ = B₁ B₅ + B₄
-        combination, _ = _coefficients(grad)
-        grad_powers = (combination.T @ grad_terms.flatten(1)).view(4, *grad.shape)
-        grad_b, grad_b2, grad_b3, grad_b6 = grad_powers.unbind()
-        cube_h = dagger(cube_b)
-        grad_b3 = torch.baddbmm(torch.baddbmm(grad_b3, grad_b6, cube_h), cube_h, grad_b6)  # b⁶ = b³ b³
+        grad_shift = torch.bmm(grad, dagger(inner))  # T = E + (F + inner) inner
+        grad_inner = torch.baddbmm(grad_shift, dagger(shifted), grad)
+        grad_terms = torch.stack([torch.bmm(grad_inner, dagger(right)), torch.bmm(dagger(left), grad_inner),
+                                  grad_inner, grad, grad_shift])  # inner = L R + D
+        combination, _ = _coefficients(ctx.degree, grad.dtype, grad.device)
+        grad_powers = list((combination.T @ grad_terms.flatten(1)).view(-1, *grad.shape).unbind())
+        if ctx.degree == 18:  # b⁶ = b³ b³
+            cube_h = dagger(cube_b)
+            grad_powers[2] = torch.baddbmm(torch.baddbmm(grad_powers[2], grad_powers[3], cube_h), cube_h,
+                                           grad_powers[3])
         f = factor.to(grad.dtype)  # b_k = P_k f^k
         f_square = f * f
-        grad_a, grad_square, grad_cube = grad_b * f, grad_b2 * f_square, grad_b3 * (f_square * f)
+        grad_a, grad_square = grad_powers[0] * f, grad_powers[1] * f_square
+        grad_cube = grad_powers[2] * (f_square * f)
         a_h = dagger(a)
         grad_square = torch.baddbmm(grad_square, grad_cube, a_h)  # P₃ = P₂ a'
         grad_a = torch.baddbmm(grad_a, dagger(square), grad_cube)

@@ -182,14 +182,17 @@ def test_torch_expm_of_a_matrix_does_not_depend_on_its_batch_mates():
     assert torch.equal(alone[0], crowded[0])
 
 
-def test_torch_expm_scheme_is_the_degree_18_taylor_polynomial():
-    """The five-product scheme's coefficients, multiplied out as scalar polynomials: Σ_{k≤18} x^k / k!."""
+@pytest.mark.parametrize("degree", [12, 18])
+def test_torch_expm_schemes_are_taylor_polynomials(degree):
+    """Each scheme's table, multiplied out as scalar polynomials, is Σ_{k≤m} x^k / k!."""
     from numpy.polynomial import polynomial
 
-    from manifold_impl.linalg import _T18
+    from manifold_impl.linalg import _T12, _T18
 
-    basis = [np.eye(1, 7, k)[0] for k in (0, 1, 2, 3, 6)]  # I, x, x², x³, x⁶
-    first, second, third, fourth, fifth = (sum(c * p for c, p in zip(row, basis)) for row in _T18)
-    nine = polynomial.polyadd(polynomial.polymul(first, fifth), fourth)
-    taylor = polynomial.polyadd(second, polynomial.polymul(polynomial.polyadd(third, nine), nine))
-    np.testing.assert_allclose(taylor, [1 / math.factorial(k) for k in range(19)], rtol=1e-14)
+    exponents = (0, 1, 2, 3, 6) if degree == 18 else (0, 1, 2, 3)
+    basis = [np.eye(1, 7, k)[0] for k in exponents]
+    left, right, addend, outer, shift = (sum(c * p for c, p in zip(row, basis)) for row in
+                                         (_T18 if degree == 18 else _T12))
+    inner = polynomial.polyadd(polynomial.polymul(left, right), addend)
+    taylor = polynomial.polyadd(outer, polynomial.polymul(polynomial.polyadd(shift, inner), inner))
+    np.testing.assert_allclose(taylor, [1 / math.factorial(k) for k in range(degree + 1)], rtol=1e-14)
