@@ -34,3 +34,13 @@ def test_quick_scaling_curves_write_json_and_png(tmp_path):
         for group in scaling.GROUPS:
             assert all(point["tokens_per_s"] > 0 for point in record["curves"][axis][group])
     assert (tmp_path / "scaling_quick.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # inductor's import
+def test_compile_probe_runs_and_its_compiled_exponential_is_exact(tmp_path):
+    from experiments.bench import compile_probe
+
+    assert compile_probe.main(["--quick", "--out", str(tmp_path)]) == 0
+    (record,) = json.loads((tmp_path / "compile_probe_quick.json").read_text())["rows"]
+    assert record["max_error"] < 1e-5

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
 import torch
 
 from experiments.bench import exp, group_rnn, group_transformer, mlstm
+from experiments.bench.timing import machine_record
 
 BENCHMARKS = {"exp": exp.run, "group_rnn": group_rnn.run, "group_transformer": group_transformer.run,
               "mlstm": mlstm.run}
@@ -41,8 +40,7 @@ def main(argv=None):
             print(f"{'met ' if result['met'] else 'MISS'} {result['ratio']:8.2f} (target {result['op']} "
                   f"{result['target']:g})  {result['name']}", flush=True)
     record = {"quick": args.quick, "seconds": time.perf_counter() - start,
-              "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                          "platform": platform.platform(), "processor": platform.processor()},
+              "machine": machine_record(),
               "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "bench_quick" if args.quick else "bench"

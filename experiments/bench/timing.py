@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
 
@@ -47,3 +49,11 @@ def training_step(model, optimizer, tokens):
         optimizer.step()
 
     return step
+
+
+def machine_record():
+    """The machine the numbers were measured on: cores, torch version and threads, platform."""
+    import torch
+
+    return {"cpus": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "platform": platform.platform(), "processor": platform.processor()}
