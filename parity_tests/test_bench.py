@@ -15,6 +15,17 @@ def test_alternate_times_every_contender_and_row_checks_the_target():
     assert row("x", 2.0, ">=", 1.5)["met"] and not row("x", 2.0, "<=", 1.5)["met"]
 
 
+def test_a_cuda_run_without_a_gpu_stops_with_a_clear_error(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the refusal path cannot be exercised")
+    with pytest.raises(SystemExit) as stop:
+        main(["--quick", "--device", "cuda", "--out", str(tmp_path)])
+    assert stop.value.code == 2 and "no CUDA device" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 def test_quick_suite_writes_every_row(tmp_path):
     assert main(["--quick", "--out", str(tmp_path)]) == 0

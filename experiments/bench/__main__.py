@@ -26,6 +26,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small shapes and few repetitions (smoke test)")
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), default=sorted(BENCHMARKS))
     parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:k]; a CUDA run writes bench_cuda.json")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads for every contender (default: torch's; the file name gets _threadsN)")
     args = parser.parse_args(argv)
@@ -33,17 +34,24 @@ def main(argv=None):
         if args.threads < 1:
             parser.error("--threads must be at least 1")
         torch.set_num_threads(args.threads)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as error:
+        parser.error(f"--device: {error}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
     rows, start = [], time.perf_counter()
     for name in args.only:
-        for result in BENCHMARKS[name](quick=args.quick):
+        for result in BENCHMARKS[name](quick=args.quick, device=device):
             rows.append(result)
             print(f"{'met ' if result['met'] else 'MISS'} {result['ratio']:8.2f} (target {result['op']} "
                   f"{result['target']:g})  {result['name']}", flush=True)
     record = {"quick": args.quick, "seconds": time.perf_counter() - start,
-              "machine": machine_record(),
+              "machine": machine_record(device),
               "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "bench_quick" if args.quick else "bench"
+    stem += "_cuda" if device.type == "cuda" else ""
     path = args.out / (stem + (f"_threads{args.threads}" if args.threads is not None else "") + ".json")
     path.write_text(json.dumps(record, indent=2))
     print(f"saved {path}")

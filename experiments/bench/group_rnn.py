@@ -25,24 +25,25 @@ def training_step(model, tokens):
     return timed_step(model, RiemannianAdam(model.parameters(), lr=1e-3), tokens)
 
 
-def versus_lstm(quick=False):
+def versus_lstm(quick=False, device="cpu"):
     batch, length = (8, 32) if quick else (32, 128)
-    tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 65, size=(batch, length + 1)))
+    tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 65, size=(batch, length + 1))).to(device)
     rows = []
     for group, target in (("O", 0.5), ("U", 0.3)):
         config = GroupRNNConfig(vocab_size=65, group=group, n=24, embedding_dim=64)
         lstm = size_to_budget(LSTMConfig(vocab_size=65, hidden_size=1), parameter_count(config))
-        contenders = {"group_rnn": training_step(GroupRNN(config), tokens),
-                      "lstm": training_step(build_model(lstm), tokens)}
-        times = alternate(contenders, repeats=2 if quick else 5)
+        contenders = {"group_rnn": training_step(GroupRNN(config, device=device), tokens),
+                      "lstm": training_step(build_model(lstm, device=device), tokens)}
+        times = alternate(contenders, repeats=2 if quick else 5, device=device)
         rows.append(row(f"group RNN {group}(24) step tokens/s / LSTM (batch {batch}, length {length})",
                         times["lstm"] / times["group_rnn"], ">=", target, seconds=times,
                         parameters={"group_rnn": parameter_count(config), "lstm": parameter_count(lstm)}))
     return rows
 
 
-def reference_versus_torch(quick=False):
-    """Both in float64 on a small configuration: O(16), batch 16, length 64 (quick: O(6), 4 × 16)."""
+def reference_versus_torch(quick=False, device="cpu"):
+    """Both in float64 on a small configuration: O(16), batch 16, length 64 (quick: O(6), 4 × 16); the
+    reference on the CPU, torch on ``device``."""
     n, batch, length, embedding = (6, 4, 16, 8) if quick else (16, 16, 64, 32)
     config = GroupRNNConfig(vocab_size=20, group="O", n=n, embedding_dim=embedding)
     rng = np.random.default_rng(0)
@@ -58,11 +59,12 @@ def reference_versus_torch(quick=False):
         optimizer.step(params, ambient_gradients(autograd.grad(loss)(params)))
 
     times = alternate({"reference": reference_step,
-                       "torch": training_step(GroupRNN(config, dtype=torch.float64), torch.from_numpy(tokens))},
-                      repeats=2 if quick else 5)
+                       "torch": training_step(GroupRNN(config, device=device, dtype=torch.float64),
+                                              torch.from_numpy(tokens).to(device))},
+                      repeats=2 if quick else 5, device=device)
     return [row(f"reference training step time / torch (O({n}), batch {batch}, length {length}, float64)",
                 times["reference"] / times["torch"], ">=", 50.0, seconds=times)]
 
 
-def run(quick=False):
-    return versus_lstm(quick) + reference_versus_torch(quick)
+def run(quick=False, device="cpu"):
+    return versus_lstm(quick, device) + reference_versus_torch(quick, device)

@@ -1,5 +1,6 @@
 """mLSTM with the Newton–Schulz read: step time against its parts, and peak memory against the
-plain read. Each memory measurement runs in its own subprocess (peak resident set size)."""
+plain read. On the CPU each memory measurement runs in its own subprocess (peak resident set
+size); on CUDA it is the allocator's peak in this process."""
 
 from __future__ import annotations
 
@@ -19,16 +20,16 @@ from manifold_impl.optim import AdamW
 from reference.config import MLSTMConfig
 
 
-def training_step(read, batch, length):
-    model = MLSTM(MLSTMConfig(vocab_size=80, read=read), generator=torch.Generator().manual_seed(0))
+def training_step(read, batch, length, device="cpu"):
+    model = MLSTM(MLSTMConfig(vocab_size=80, read=read), generator=torch.Generator().manual_seed(0)).to(device)
     optimizer = AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 80, size=(batch, length + 1)))
+    tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 80, size=(batch, length + 1))).to(device)
     return timed_step(model, optimizer, tokens)
 
 
-def bare_newton_schulz(count, head_dim=48):
+def bare_newton_schulz(count, head_dim=48, device="cpu"):
     """Forward + backward of NS_5 on ``count`` random head_dim × head_dim matrices."""
-    c = torch.randn(count, head_dim, head_dim, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    c = torch.randn(count, head_dim, head_dim, generator=torch.Generator().manual_seed(1)).to(device).requires_grad_()
     return lambda: newton_schulz(c).sum().backward()
 
 
@@ -56,6 +57,18 @@ def peak_memory(read, batch, length):
     return (_status_kib("VmHWM") - before) / 1024
 
 
+def peak_cuda_memory(read, batch, length, device):
+    """Peak CUDA memory growth (MiB) over one training step after a warm-up, in this process."""
+    step = training_step(read, batch, length, device)
+    step()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    step()
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / 2 ** 20
+
+
 def peak_memory_in_subprocess(read, batch, length):
     code = ("import json; from experiments.bench.mlstm import peak_memory; "
             f"print(json.dumps(peak_memory({read!r}, {batch}, {length})))")
@@ -64,16 +77,21 @@ def peak_memory_in_subprocess(read, batch, length):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(quick=False):
+def run(quick=False, device="cpu"):
     batch, length = (4, 64) if quick else (16, 256)
     heads = MLSTMConfig(vocab_size=80).num_heads
-    times = alternate({"ns": training_step("ns", batch, length), "plain": training_step("plain", batch, length),
-                       "bare_ns": bare_newton_schulz(batch * heads * length)}, repeats=1 if quick else 3)
+    times = alternate({"ns": training_step("ns", batch, length, device),
+                       "plain": training_step("plain", batch, length, device),
+                       "bare_ns": bare_newton_schulz(batch * heads * length, device=device)},
+                      repeats=1 if quick else 3, device=device)
     rows = [row(f"NS read step / (plain step + bare NS fwd+bwd), batch {batch}, length {length}",
                 times["ns"] / (times["plain"] + times["bare_ns"]), "<=", 1.25, seconds=times)]
     batch, length = (2, 128) if quick else (8, 1024)
-    memory = {read: statistics.median(peak_memory_in_subprocess(read, batch, length) for _ in range(1 if quick else 2))
-              for read in ("ns", "plain")}
+    if torch.device(device).type == "cuda":
+        memory = {read: peak_cuda_memory(read, batch, length, device) for read in ("ns", "plain")}
+    else:
+        memory = {read: statistics.median(peak_memory_in_subprocess(read, batch, length)
+                                          for _ in range(1 if quick else 2)) for read in ("ns", "plain")}
     rows.append(row(f"NS read peak memory / plain read's, batch {batch}, length {length}",
                     memory["ns"] / memory["plain"], "<=", 3.0, peak_mib=memory))
     return rows

@@ -8,13 +8,15 @@ import statistics
 import time
 
 
-def alternate(contenders, repeats=5, warmup=1):
+def alternate(contenders, repeats=5, warmup=1, device="cpu"):
     """Median seconds per call of each contender, measured in turns (a, b, a, b, ...).
 
     Args:
         contenders: ``{name: zero-argument callable}``.
         repeats: timed calls per contender.
         warmup: untimed calls per contender first.
+        device: where the contenders run; on CUDA every timed call is bracketed by a
+            synchronisation, so the time is the kernels', not the launch's.
 
     Returns:
         ``{name: median seconds}``.
@@ -22,13 +24,23 @@ def alternate(contenders, repeats=5, warmup=1):
     for _ in range(warmup):
         for run in contenders.values():
             run()
+    synchronize = _synchronizer(device)
     times = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, run in contenders.items():
+            synchronize()
             start = time.perf_counter()
             run()
+            synchronize()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _synchronizer(device):
+    import torch
+
+    device = torch.device(device)
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
 def row(name, ratio, op, target, **details):
@@ -51,9 +63,12 @@ def training_step(model, optimizer, tokens):
     return step
 
 
-def machine_record():
-    """The machine the numbers were measured on: cores, torch version and threads, platform."""
+def machine_record(device="cpu"):
+    """The machine the numbers were measured on: cores, torch version and threads, platform, device."""
     import torch
 
-    return {"cpus": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "platform": platform.platform(), "processor": platform.processor()}
+    record = {"cpus": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "platform": platform.platform(), "processor": platform.processor(), "device": str(device)}
+    if torch.device(device).type == "cuda":
+        record["gpu"] = torch.cuda.get_device_name(device)
+    return record
