@@ -9,8 +9,8 @@ PY=${PY:-.venv/bin/python}
 OUT=${OUT:-experiments/results/bench/gpu}
 mkdir -p "$OUT"
 status=0
-check() { $PY -m parity_tests.check --device cuda "$@" >> "$OUT/parity.jsonl" || status=1; }
-: > "$OUT/parity.jsonl"
+check() { $PY -m parity_tests.check --device cuda "$@" >> "$OUT/parity.log" || status=1; }  # one JSON report each
+: > "$OUT/parity.log"
 for dtype in float32 float64; do
   for group in O SO U SU T BO GL; do
     check --dtype "$dtype" --model group_rnn --group "$group" --n 6
@@ -21,7 +21,7 @@ for dtype in float32 float64; do
   done
 done
 $PY -m experiments.bench --device cuda --out "$OUT" | tee "$OUT/bench.txt" || status=1
-$PY -m experiments.train --preset paper/ptb_char-rnn-O-seed0 --device cuda --steps 200 \
+$PY -m experiments.train --preset paper/ptb_char-rnn-O-seed0 --device cuda --steps 200 --warmup 20 \
   --run-dir "$OUT/slice-paper-ptb_char-rnn-O" || status=1
 for read in plain ns; do
   $PY -m experiments.recall --vocab-size 80 --length 512 --read "$read" --steps 200 --batch 64 --lr 3e-4 \

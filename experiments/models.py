@@ -5,6 +5,8 @@ Every model maps ``tokens: [B, T]`` to ``(logits [B, T, V], states or None)``.
 
 from __future__ import annotations
 
+import torch
+
 from experiments.baselines import GPTConfig, GPTLanguageModel, LSTMConfig, LSTMLanguageModel
 from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
@@ -13,7 +15,13 @@ MODEL_CONFIGS = {"group_rnn": GroupRNNConfig, "group_transformer": GroupTransfor
 
 
 def build_model(config, device=None, dtype=None, generator=None):
-    """The torch model of a config (any class in MODEL_CONFIGS)."""
+    """The torch model of a config (any class in MODEL_CONFIGS).
+
+    With a ``generator`` on another device than ``device`` (a CPU seed for a CUDA model), the model
+    is drawn where the generator lives and then moved, so one seed gives one model on every device.
+    """
+    if generator is not None and device is not None and torch.device(device) != generator.device:
+        return build_model(config, generator.device, dtype, generator).to(device)
     if isinstance(config, GroupRNNConfig):
         from manifold_impl.group_rnn import GroupRNN
 

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from experiments.models import build_model
 from experiments.provenance import write_provenance
 from experiments.tasks.nar import NoisyRecallConfig, NoisyRecallTask, accuracy
 from manifold_impl.losses import cross_entropy
-from manifold_impl.mlstm import MLSTM
 from manifold_impl.optim import AdamW
 from reference.config import MLSTMConfig
 
@@ -102,7 +102,8 @@ def train_recall(config, directory):
     stream = np.random.default_rng(config.seed)
     valid_inputs, valid_targets = (torch.from_numpy(a).to(config.device) for a in task.sample_batch(
         np.random.default_rng(config.seed + VALIDATION_SEED_OFFSET), config.valid_sequences, evaluation=True))
-    model = MLSTM(config.model_config(), device=config.device, generator=torch.Generator().manual_seed(config.seed))
+    model = build_model(config.model_config(), device=config.device,
+                        generator=torch.Generator().manual_seed(config.seed))
     optimizer = AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.999), weight_decay=config.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(config, step))
     metrics, start = [], time.perf_counter()

@@ -56,7 +56,7 @@ def cell_table(cells):
         finals = [seeds[s]["final"] for s in sorted(seeds)]
         wins = sum(f > SUCCESS for f in finals)
         shown = " ".join(f"{f:.2f}" for f in finals)
-        interval = format_interval(finals, digits=3)
+        interval = format_interval(finals, digits=3, unit="seed")
         lines.append(f"| {setting} | {lr} | {read} | {schedule} | {len(finals)} | {interval} | "
                      f"{wins}/{len(finals)} | {shown} |")
     return "\n".join(lines) + "\n"

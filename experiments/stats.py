@@ -32,15 +32,16 @@ def paired_difference_ci(first, second, confidence=0.95):
     return mean_ci(first - second, confidence)
 
 
-def format_interval(values, digits=4):
+def format_interval(values, digits=4, unit="run"):
     """``"mean ± half-width"`` of the finite values; runs that diverged (NaN/inf) are counted, not averaged.
 
-    A single finite value reads ``"x (one run)"``; none reads ``"diverged (k/k)"``.
+    A single finite value reads ``"x (one run)"`` (``unit`` names what a value is); none reads
+    ``"diverged (k/k)"``.
     """
     finite = [v for v in values if np.isfinite(v)]
     diverged = len(values) - len(finite)
     if not finite:
         return f"diverged ({diverged}/{len(values)})"
     mean, half = mean_ci(finite)
-    text = f"{mean:.{digits}f} ± {half:.{digits}f}" if np.isfinite(half) else f"{mean:.{digits}f} (one run)"
+    text = f"{mean:.{digits}f} ± {half:.{digits}f}" if np.isfinite(half) else f"{mean:.{digits}f} (one {unit})"
     return text + (f"; {diverged}/{len(values)} diverged" if diverged else "")

@@ -122,6 +122,18 @@ def _coefficients(degree, dtype, device):
     return table[:, 1:].contiguous(), table[:, 0].contiguous()
 
 
+def _combine(coefficients, tensors):
+    """``Σ_j coefficients[:, j] · tensors[j]``: ``[r, k]`` and k tensors ``[N, n, n]`` -> ``[r, N, n, n]``.
+
+    Elementwise products and sums only (no matrix product across the batch), so every matrix's
+    result is rounded the same whatever its batch-mates.
+    """
+    total = coefficients[:, 0, None, None, None] * tensors[0]
+    for j in range(1, len(tensors)):
+        total = total + coefficients[:, j, None, None, None] * tensors[j]
+    return total
+
+
 class _TaylorExp(torch.autograd.Function):
     """Scaling and squaring of a Taylor polynomial (``_SCHEME``), on ``[N, n, n]`` batches.
 
@@ -130,6 +142,8 @@ class _TaylorExp(torch.autograd.Function):
     b_k = P_k f^k with f = 2^{p−s}, so b = a 2^-s (degree 18 also b⁶ = b³ b³). All scalings are
     by powers of two, hence exact. Then inner = L·R + D, T = E + (F + inner)·inner with L..F the
     table's combinations of the powers, and X_{j+1} = X_j² from X_0 = T.
+    The backward pass runs through the scaled powers (b² = b b and b³ = b² b hold exactly), so
+    the large factors 2^p of a' never meet a gradient.
     """
 
     @staticmethod
@@ -138,7 +152,8 @@ class _TaylorExp(torch.autograd.Function):
         a = a.reshape(-1, shape[-2], shape[-1])
         real = a.real.dtype if a.is_complex() else a.dtype
         degree = _SCHEME[real][0]
-        pre = torch.frexp(_norms(a))[1].clamp(min=0).to(real)  # p; 0 for a non-finite norm
+        norm = _norms(a)
+        pre = torch.where(torch.isfinite(norm), torch.frexp(norm)[1], 0).clamp(min=0).to(real)  # p
         a = a * torch.exp2(-pre).to(a.dtype)
         square = torch.bmm(a, a)
         cube = torch.bmm(square, a)
@@ -149,21 +164,23 @@ class _TaylorExp(torch.autograd.Function):
         most, least = (int(x) for x in torch.stack([squarings.max(), squarings.min()]).tolist()) \
             if a.numel() else (0, 0)
         f = factor.to(a.dtype)
-        f_square = f * f
-        cube_b = cube * (f_square * f)  # b³
-        powers = [a * f, square * f_square, cube_b] + ([torch.bmm(cube_b, cube_b)] if degree == 18 else [])
+        b, b_square = a * f, square * f * f  # one factor at a time: f³ may overflow where b³ does not
+        cube_b = cube * f * f * f
+        powers = [b, b_square, cube_b] + ([torch.bmm(cube_b, cube_b)] if degree == 18 else [])
         combination, identity = _coefficients(degree, a.dtype, a.device)
-        terms = (combination @ torch.stack(powers).flatten(1)).view(5, *a.shape)  # L, R, D, E, F less I
+        terms = _combine(combination, powers)  # L, R, D, E, F without their I terms
         terms.diagonal(dim1=-2, dim2=-1).add_(identity[:, None, None])
         left, right, addend, outer, shift = terms.unbind()
+        left = left.clone()  # saved alone, not as a view that keeps all five alive
+        right = left if degree == 12 else right.clone()  # the degree-12 scheme squares L (R = L)
         inner = torch.baddbmm(addend, left, right)
         shifted = shift + inner
         squares = [torch.baddbmm(outer, shifted, inner)]  # X_0 = T(b), X_{j+1} = X_j² where j < s
         for j in range(most):
             product = torch.bmm(squares[-1], squares[-1])
             squares.append(product if j < least else torch.where(squarings > j, product, squares[-1]))
-        ctx.save_for_backward(a, square, pre, squarings, factor, cube_b, left, right, inner, shifted,
-                              *squares[:-1])
+        ctx.save_for_backward(b, b_square, cube_b, squarings, left, right if degree == 18 else None,
+                              inner, shifted, *squares[:-1])
         ctx.least, ctx.degree = least, degree
         return squares[-1].reshape(shape)
 
@@ -172,30 +189,28 @@ class _TaylorExp(torch.autograd.Function):
     def backward(ctx, grad):
         shape = grad.shape
         grad = grad.reshape(-1, shape[-2], shape[-1])
-        a, square, pre, squarings, factor, cube_b, left, right, inner, shifted, *squares = ctx.saved_tensors
+        b, b_square, cube_b, squarings, left, right, inner, shifted, *squares = ctx.saved_tensors
+        right = left if right is None else right
         for j in reversed(range(len(squares))):  # Y = X X where j < s:  ḡ_X = ḡ_Y Xᴴ + Xᴴ ḡ_Y
             xh = dagger(squares[j])
             step = torch.baddbmm(torch.bmm(grad, xh), xh, grad)
             grad = step if j < ctx.least else torch.where(squarings > j, step, grad)
         grad_shift = torch.bmm(grad, dagger(inner))  # T = E + (F + inner) inner
         grad_inner = torch.baddbmm(grad_shift, dagger(shifted), grad)
-        grad_terms = torch.stack([torch.bmm(grad_inner, dagger(right)), torch.bmm(dagger(left), grad_inner),
-                                  grad_inner, grad, grad_shift])  # inner = L R + D
+        grad_terms = [torch.bmm(grad_inner, dagger(right)), torch.bmm(dagger(left), grad_inner),
+                      grad_inner, grad, grad_shift]  # inner = L R + D
         combination, _ = _coefficients(ctx.degree, grad.dtype, grad.device)
-        grad_powers = list((combination.T @ grad_terms.flatten(1)).view(-1, *grad.shape).unbind())
+        grad_powers = list(_combine(combination.T, grad_terms).unbind())
         if ctx.degree == 18:  # b⁶ = b³ b³
             cube_h = dagger(cube_b)
             grad_powers[2] = torch.baddbmm(torch.baddbmm(grad_powers[2], grad_powers[3], cube_h), cube_h,
                                            grad_powers[3])
-        f = factor.to(grad.dtype)  # b_k = P_k f^k
-        f_square = f * f
-        grad_a, grad_square = grad_powers[0] * f, grad_powers[1] * f_square
-        grad_cube = grad_powers[2] * (f_square * f)
-        a_h = dagger(a)
-        grad_square = torch.baddbmm(grad_square, grad_cube, a_h)  # P₃ = P₂ a'
-        grad_a = torch.baddbmm(grad_a, dagger(square), grad_cube)
-        grad_a = torch.baddbmm(torch.baddbmm(grad_a, grad_square, a_h), a_h, grad_square)  # P₂ = a' a'
-        return (grad_a * torch.exp2(-pre).to(grad_a.dtype)).reshape(shape)
+        grad_b, grad_square, grad_cube = grad_powers[:3]  # through b³ = b² b and b² = b b, exact
+        b_h = dagger(b)  # products of the scaled powers (scaling by 2^-s commutes with rounding)
+        grad_square = torch.baddbmm(grad_square, grad_cube, b_h)
+        grad_b = torch.baddbmm(grad_b, dagger(b_square), grad_cube)
+        grad_b = torch.baddbmm(torch.baddbmm(grad_b, grad_square, b_h), b_h, grad_square)
+        return (grad_b * torch.exp2(-squarings).to(grad_b.dtype)).reshape(shape)  # b = a 2^-s
 
 
 def polar(m: torch.Tensor) -> torch.Tensor:

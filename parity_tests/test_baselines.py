@@ -246,3 +246,15 @@ def test_group_transformer_is_sized_by_counting_the_built_model(attention):
     count = count_parameters(build_model(config, generator=torch.Generator().manual_seed(0)))
     assert count == parameter_count(config)
     assert abs(count - 100_000) <= TOLERANCE * 100_000
+
+
+def test_a_seeded_model_for_another_device_is_drawn_on_the_generators_device_then_moved():
+    """A CPU seed for a model elsewhere (here the meta device, standing in for CUDA): built, not refused."""
+    import torch
+
+    from experiments.models import build_model
+    from reference.config import GroupRNNConfig, MLSTMConfig
+
+    for config in (GroupRNNConfig(vocab_size=5, group="U", n=3, embedding_dim=4), MLSTMConfig(vocab_size=5)):
+        model = build_model(config, device="meta", generator=torch.Generator().manual_seed(0))
+        assert {p.device.type for p in model.parameters()} == {"meta"}

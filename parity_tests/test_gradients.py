@@ -174,12 +174,25 @@ def test_torch_model_gradcheck(group):
     assert torch.autograd.gradcheck(loss, tuple(params[k].clone().requires_grad_() for k in keys))
 
 
-def test_torch_expm_of_a_matrix_does_not_depend_on_its_batch_mates():
-    """Bit for bit: each matrix picks its own scaling, so a large neighbour changes nothing."""
-    a = torch.randn(3, 5, 5, dtype=torch.float32, generator=torch.Generator().manual_seed(5)) * 0.1
-    alone = torch_expm(a[:1])
-    crowded = torch_expm(torch.cat([a[:1], 100.0 * a[1:]]))
-    assert torch.equal(alone[0], crowded[0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex128])
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 16])
+def test_torch_expm_of_a_matrix_does_not_depend_on_its_batch_mates(dtype, n):
+    """Bit for bit, value and gradient: each matrix picks its own scaling and nothing mixes
+    matrices of the batch, so neither a large neighbour nor the batch size changes anything."""
+    generator = torch.Generator().manual_seed(5 + n)
+    a = (torch.randn(7, n, n, generator=generator, dtype=torch.float64) * 0.3).to(dtype)
+    weights = torch.randn(7, n, n, generator=generator, dtype=torch.float64).to(dtype)
+
+    def value_and_gradient(batch, w):
+        leaf = batch.clone().requires_grad_()
+        out = torch_expm(leaf)
+        (out * w.conj()).real.sum().backward()
+        return out.detach()[0], leaf.grad[0]
+
+    alone = value_and_gradient(a[:1], weights[:1])
+    for crowd in (torch.cat([a[:1], 40.0 * a[1:]]), a):
+        crowded = value_and_gradient(crowd, weights[:len(crowd)])
+        assert torch.equal(alone[0], crowded[0]) and torch.equal(alone[1], crowded[1])
 
 
 @pytest.mark.parametrize("degree", [12, 18])
@@ -196,3 +209,16 @@ def test_torch_expm_schemes_are_taylor_polynomials(degree):
     inner = polynomial.polyadd(polynomial.polymul(left, right), addend)
     taylor = polynomial.polyadd(outer, polynomial.polymul(polynomial.polyadd(shift, inner), inner))
     np.testing.assert_allclose(taylor, [1 / math.factorial(k) for k in range(degree + 1)], rtol=1e-14)
+
+
+def test_torch_expm_of_a_large_nilpotent_matrix_is_exact():
+    """‖a‖ ≫ α (a² = 0, ‖a‖ = 1e13, so f³ = 2^132 would overflow float32): the power-of-two factors
+    are applied one at a time. Closed forms: exp(a) = I + a; with x = aᵀ, x² = 0, the gradient of
+    Σ exp(a) is L(x, 1) = 1 + (x1 + 1x)/2 + x1x/6."""
+    a = torch.tensor([[0.0, 1e13], [0.0, 0.0]], dtype=torch.float32, requires_grad=True)
+    value = torch_expm(a)
+    assert torch.equal(value.detach(), torch.eye(2) + a.detach())
+    value.sum().backward()
+    x, ones = a.detach().double().T, torch.ones(2, 2, dtype=torch.float64)
+    expected = ones + (x @ ones + ones @ x) / 2 + x @ ones @ x / 6
+    torch.testing.assert_close(a.grad.double(), expected, rtol=1e-6, atol=0.0)
