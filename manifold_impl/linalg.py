@@ -78,7 +78,8 @@ _T18 = (
 # Per precision the cheaper one: float32 degree 12 (θ = 1.56), float64 degree 18 (θ = 1.14; degree
 # 12 would need θ = 0.34, about two more squarings). θ: the largest α 2^-s whose truncation error
 # stays under the unit roundoff.
-_SCHEME = {torch.float32: (12, _T12), torch.float64: (18, _T18)}
+_DEGREE = {torch.float32: 12, torch.float64: 18}
+_TABLE = {12: _T12, 18: _T18}
 _THETA = {torch.float32: _truncation_theta(12, 2.0 ** -24), torch.float64: _truncation_theta(18, 2.0 ** -53)}
 _MAX_SQUARINGS = 1100  # beyond any finite float64 norm; larger s means a non-finite input
 
@@ -118,7 +119,7 @@ def _norms(x):
 @functools.lru_cache(maxsize=None)
 def _coefficients(degree, dtype, device):
     """The scheme's table as ``([5, k], [5])``: coefficients of the k powers, and of I."""
-    table = torch.tensor(_T18 if degree == 18 else _T12, dtype=dtype, device=device)
+    table = torch.tensor(_TABLE[degree], dtype=dtype, device=device)
     return table[:, 1:].contiguous(), table[:, 0].contiguous()
 
 
@@ -135,7 +136,7 @@ def _combine(coefficients, tensors):
 
 
 class _TaylorExp(torch.autograd.Function):
-    """Scaling and squaring of a Taylor polynomial (``_SCHEME``), on ``[N, n, n]`` batches.
+    """Scaling and squaring of a Taylor polynomial (``_DEGREE``, ``_TABLE``), on ``[N, n, n]`` batches.
 
     Per matrix: a' = a 2^-p with p ≥ 0 the exponent of ‖a‖₁ (so ‖a'‖₁ ≤ 1 and its powers cannot
     overflow), P₂ = a'², P₃ = a'³, α = 2^p max(‖P₂‖^{1/2}, ‖P₃‖^{1/3}), s = ⌈log₂(α/θ)⌉⁺, and
@@ -151,7 +152,7 @@ class _TaylorExp(torch.autograd.Function):
         shape = a.shape
         a = a.reshape(-1, shape[-2], shape[-1])
         real = a.real.dtype if a.is_complex() else a.dtype
-        degree = _SCHEME[real][0]
+        degree = _DEGREE[real]
         norm = _norms(a)
         pre = torch.where(torch.isfinite(norm), torch.frexp(norm)[1], 0).clamp(min=0).to(real)  # p
         a = a * torch.exp2(-pre).to(a.dtype)

@@ -15,13 +15,15 @@ import torch
 
 from experiments.bench.timing import alternate, row
 from experiments.bench.timing import training_step as timed_step
-from manifold_impl.mlstm import MLSTM, newton_schulz
+from experiments.models import build_model
+from manifold_impl.mlstm import newton_schulz
 from manifold_impl.optim import AdamW
 from reference.config import MLSTMConfig
 
 
 def training_step(read, batch, length, device="cpu"):
-    model = MLSTM(MLSTMConfig(vocab_size=80, read=read), generator=torch.Generator().manual_seed(0)).to(device)
+    model = build_model(MLSTMConfig(vocab_size=80, read=read), device=device,
+                        generator=torch.Generator().manual_seed(0))
     optimizer = AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 80, size=(batch, length + 1))).to(device)
     return timed_step(model, optimizer, tokens)
