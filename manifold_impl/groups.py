@@ -13,7 +13,7 @@ import torch
 
 from manifold_impl.linalg import (
     dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
-    special_polar, sum_zero_basis, to_blocks,
+    special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
 )
 
 _REAL = (torch.float32, torch.float64)
@@ -286,8 +286,7 @@ class SpecialUnitary(Unitary):
         return None
 
     def nearest(self, m):
-        p = super().nearest(m)
-        return p / (torch.linalg.det(p) ** (1.0 / self.n))[..., None, None]
+        return special_unitary_polar(m.to(_COMPLEX_OF.get(m.dtype, m.dtype)))
 
 
 class Torus(Group):

@@ -228,6 +228,34 @@ def special_polar(m: torch.Tensor) -> torch.Tensor:
     return u @ vh
 
 
+def special_unitary_polar(m: torch.Tensor) -> torch.Tensor:
+    """Closest special unitary matrix W diag(e^{iθ}) V^H to a complex ``m = W diag(σ) V^H``, with
+    the phases found by bisection on Θ(t) (derivation in the reference). Forward only."""
+    w, s, vh = torch.linalg.svd(m)
+    target = -torch.angle(torch.linalg.det(w @ vh))  # [...], in [−π, π]
+    positive = s > 0
+    rho = torch.where(positive, s[..., -1:] / torch.where(positive, s, torch.ones_like(s)),
+                      torch.zeros_like(s))[..., :-1]  # [..., n−1]
+    goal = target.abs()[..., None]
+
+    def total_phase(t):  # Θ(t), t: [..., 1]
+        return t + torch.asin(rho * torch.sin(t)).sum(-1, keepdim=True)
+
+    low, high = torch.zeros_like(goal), torch.full_like(goal, math.pi)
+    for _ in range(_bisection_steps(s.dtype)):
+        middle = 0.5 * (low + high)
+        below = total_phase(middle) < goal
+        low, high = torch.where(below, middle, low), torch.where(below, high, middle)
+    others = torch.asin(rho * torch.sin(torch.sign(target)[..., None] * 0.5 * (low + high)))  # [..., n−1]
+    theta = torch.cat([others, target[..., None] - others.sum(-1, keepdim=True)], dim=-1)
+    return (w * torch.polar(torch.ones_like(theta), theta)[..., None, :]) @ vh
+
+
+def _bisection_steps(dtype):
+    """Halvings of [0, π] down to the rounding of ``dtype``: mantissa bits + 3."""
+    return math.ceil(-math.log2(torch.finfo(dtype).eps)) + 3
+
+
 def phase_fixed_qr(g: torch.Tensor) -> torch.Tensor:
     """Haar factor q·diag(phase(diag r)) of the QR decomposition of a Gaussian ``g``."""
     q, r = torch.linalg.qr(g)

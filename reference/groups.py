@@ -30,7 +30,7 @@ import numpy as np
 
 from reference.linalg import (
     dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
-    special_polar, sum_zero_basis, to_blocks,
+    special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
 )
 
 
@@ -304,9 +304,11 @@ class SpecialUnitary(Unitary):
         return None
 
     def nearest(self, m):
-        """Polar factor divided by the principal n-th root of its determinant."""
-        p = polar(m + 0j)
-        return p / (np.linalg.det(p) ** (1.0 / self.n))[..., None, None]
+        """The closest SU(n) element: W diag(e^{iθ}) V^H for m = W diag(σ) V^H, with the phases θ
+        (Σθ ≡ −arg det(W V^H)) that maximize Σ σ_j cos θ_j (``special_unitary_polar``). Dividing the
+        polar factor by an n-th root of its determinant (one uniform phase) agrees with it only to
+        second order in the distance from the group, and can be far off away from it."""
+        return special_unitary_polar(m + 0j)
 
 
 class Torus(Group):

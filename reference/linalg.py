@@ -91,6 +91,51 @@ def special_polar(m):
     return u @ vh
 
 
+def special_unitary_polar(m):
+    """Closest special unitary matrix to a complex ``m: [..., n, n]`` in Frobenius norm (forward only).
+
+    With m = W diag(σ) V^H (σ descending), ‖X − m‖² = ‖m‖² + n − 2 Re tr(X^H m), and over
+    X ∈ SU(n) the maximum of Re tr(X^H m) is attained at X = W diag(e^{iθ}) V^H (stationarity on
+    the coset {Y = W^H X V : det Y = det(W^H V)} forces diag(σ) Y = H + iλI with H² = σ² − λ²,
+    diagonal), so the problem is over the phases θ ∈ ℝⁿ:
+
+        maximize Σ_j σ_j cos θ_j   subject to   Σ_j θ_j ≡ τ (mod 2π),   τ = −arg det(W V^H).
+
+    The Lagrange condition is σ_j sin θ_j = λ for every j. A maximum has cos θ_j ≥ 0 except
+    possibly for j = n−1 (the smallest σ; two negative cosines, or one at a larger σ, fail the
+    second-order test), so with t = θ_{n−1} and ρ_j = σ_{n−1}/σ_j ≤ 1 (ρ_j = 0 where σ_j = 0):
+
+        θ_j = arcsin(ρ_j sin t)  (j < n−1),      Θ(t) = t + Σ_{j<n−1} arcsin(ρ_j sin t).
+
+    Θ is odd, strictly increasing on [0, π/2], single-peaked on [π/2, π] with Θ(π) = π, and the
+    objective along the curve falls with |Θ| (dF/dΘ = −λ); so the closest element takes τ in
+    [−π, π] and the t ∈ [0, π] with sign(τ)·t solving Θ(t) = |τ| at the first crossing, where
+    {t ∈ [0, π] : Θ(t) < |τ|} = [0, t*) makes bisection exact: a step per bit of the mantissa.
+    θ_{n−1} is then set to τ − Σ_{j<n−1} θ_j, so det X = 1 to rounding whatever the bisection left.
+    """
+    w, s, vh = np.linalg.svd(m)
+    target = -np.angle(np.linalg.det(w @ vh))  # [...], in [−π, π]
+    rho = np.where(s > 0, s[..., -1:] / np.where(s > 0, s, 1.0), 0.0)[..., :-1]  # [..., n−1]
+    goal = np.abs(target)[..., None]
+
+    def total_phase(t):  # Θ(t), t: [..., 1]
+        return t + np.sum(np.arcsin(rho * np.sin(t)), axis=-1, keepdims=True)
+
+    low, high = np.zeros_like(goal), np.full_like(goal, np.pi)
+    for _ in range(_bisection_steps(s.dtype)):
+        middle = 0.5 * (low + high)
+        below = total_phase(middle) < goal
+        low, high = np.where(below, middle, low), np.where(below, high, middle)
+    others = np.arcsin(rho * np.sin(np.sign(target)[..., None] * 0.5 * (low + high)))  # [..., n−1]
+    theta = np.concatenate([others, target[..., None] - np.sum(others, axis=-1, keepdims=True)], axis=-1)
+    return (w * np.exp(1j * theta)[..., None, :]) @ vh
+
+
+def _bisection_steps(dtype):
+    """Halvings of [0, π] down to the rounding of ``dtype``: mantissa bits + 3."""
+    return int(np.ceil(-np.log2(np.finfo(dtype).eps))) + 3
+
+
 def phase_fixed_qr(g):
     """Haar-distributed unitary/orthogonal factor of a Gaussian matrix ``g: [..., n, n]``.
 
