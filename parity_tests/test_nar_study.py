@@ -30,12 +30,18 @@ def test_nar_cpu_preset_has_four_arms_of_eight_paired_seeds():
 
 def test_nar_paper_preset_is_the_spec_protocol():
     runs = load_runs(resolve("nar-paper"))
-    assert len(runs) == 5 * 4 * 24 * 2
+    assert len(runs) == 5 * 4 * 24 * 2 * 2
     assert {(r.options["vocab_size"], r.options["length"]) for r in runs} == {
         (80, 512), (80, 768), (80, 1024), (96, 768), (96, 1024)}
     assert {r.options["lr"] for r in runs} == {3e-4, 1e-3, 3e-3, 1e-2}
-    assert all(r.options["steps"] == 2000 and r.options["batch"] == 64 and r.options["schedule"] == "cosine"
-               for r in runs)
+    assert all(r.options["steps"] == 2000 and r.options["batch"] == 64 for r in runs)
+    # the post's cosine decay and SPEC §6's constant-rate control, each on every cell and seed
+    cells = {}
+    for r in runs:
+        cell = (r.options["vocab_size"], r.options["length"], r.options["lr"], r.options["read"], r.options["seed"])
+        cells.setdefault(cell, []).append(r.options["schedule"])
+    assert len(cells) == 5 * 4 * 2 * 24
+    assert all(sorted(schedules) == ["constant", "cosine"] for schedules in cells.values())
 
 
 @pytest.mark.parametrize("preset,index,overrides", [
