@@ -276,6 +276,28 @@ def test_newton_schulz_batched_equals_per_matrix(backend):
         np.testing.assert_allclose(batched[index], single, rtol=0, atol=READ_CLOSED_FORM_ATOL[backend.dtype])
 
 
+@pytest.mark.parametrize("coeffs", list(NS_COEFFICIENTS))
+def test_newton_schulz_gradient_is_finite_at_a_zero_memory(coeffs):
+    """Below the floor NS_k is linear, NS_k(C) = aᵏ C / 1e-6 + O(‖C‖³): the gradient of Σ W ⊙ NS_k(C)
+    at C = 0 is aᵏ W / 1e-6, which a central difference inside the floor also gives. Both trees,
+    on a batch holding a zero and a nonzero memory (once NaN in the reference: sqrt'(0))."""
+    steps, a = 5, NS_COEFFICIENTS[coeffs][0]
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((2, 4, 4))
+    memory = np.stack([np.zeros((4, 4)), rng.standard_normal((4, 4))])
+    reference_grad = autograd.grad(
+        lambda m: np.sum(weight * reference.mlstm.newton_schulz(m, steps, coeffs)))(memory)
+    tensor = torch.tensor(memory, requires_grad=True)
+    (torch.tensor(weight) * manifold_impl.mlstm.newton_schulz(tensor, steps, coeffs)).sum().backward()
+    direction, h = rng.standard_normal((4, 4)), 1e-13  # ‖h·direction‖_F ≪ 1e-6: linear inside the floor
+    central = (reference.mlstm.newton_schulz(h * direction, steps, coeffs)
+               - reference.mlstm.newton_schulz(-h * direction, steps, coeffs)) / (2 * h)
+    assert np.all(np.isfinite(reference_grad))
+    np.testing.assert_allclose(reference_grad[0], a ** steps * weight[0] / 1e-6, rtol=1e-12)
+    np.testing.assert_allclose(np.sum(weight[0] * central), np.sum(reference_grad[0] * direction), rtol=1e-6)
+    np.testing.assert_allclose(tensor.grad.numpy(), reference_grad, rtol=1e-10)
+
+
 @pytest.mark.parametrize("rank", [8, 5, 1], ids=["full_rank", "rank5", "rank1"])
 def test_polar_read_closed_form(backend, rank):
     """polar(C) = U_r V_rᵀ over the r nonzero singular values."""

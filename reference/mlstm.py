@@ -153,8 +153,10 @@ def newton_schulz(c, steps=5, coeffs="cubic"):
     about [0.7, 1.2].
     """
     a, b, c5 = NS_COEFFICIENTS[coeffs]
-    norm = anp.sqrt(anp.sum(c * c, axis=(-2, -1)))  # ‖C‖_F, [...]
-    x = c / anp.maximum(norm, NS_NORM_FLOOR)[..., None, None]
+    # max(‖C‖_F, floor) as sqrt(max(‖C‖_F², floor²)): the square root is never differentiated at
+    # 0, so a zero memory has the finite gradient NS_k'(0) = aᵏ / floor (torch's value), not NaN
+    norm = anp.sqrt(anp.maximum(anp.sum(c * c, axis=(-2, -1)), NS_NORM_FLOOR ** 2))  # [...]
+    x = c / norm[..., None, None]
     for _ in range(steps):
         gram = x @ anp.swapaxes(x, -1, -2)  # X Xᵀ
         update = a * x + b * (gram @ x)
