@@ -8,7 +8,10 @@ Performance notes. The cell runs *chunkwise*: positions are cut into chunks of `
 within a chunk every position is computed at once from the state at the chunk's start, and only
 the state (C, n, m) is carried from chunk to chunk in a Python loop (T / chunk_size iterations,
 none for ``chunk_size=None``). With the local log-forget cumsum l_t = Σ_{s∈chunk, s≤t} log σ(f̃_s)
-and the state (C_0, n_0, m_0) at the chunk's start (m_0 = −∞ for an empty memory)::
+and the state (C_0, n_0, m_0) at the chunk's start (m_0 = −∞ for an empty memory, xlstm's
+convention; with the NS read m_0 = 0 would give a layer output about 0.2% different, 0.7% at most
+at default initialization: NS(C) is scale-free, the normalizer is not, and only the GroupNorm's
+eps keeps the resulting per-head scale; see the reference)::
 
     m_t   = l_t + max(m_0, max_{j≤t} (ĩ_j − l_j))              the recurrence's running max
     w_tj  = exp(l_t − l_j + ĩ_j − m_t)  (j ≤ t, else 0),       δ_t = exp(m_0 + l_t − m_t)
