@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.baselines import LSTMConfig  # noqa: E402
 from experiments.params_budget import count_parameters, parameter_count, size_to_budget  # noqa: E402
-from experiments.train import Run, TrainConfig  # noqa: E402
+from experiments.train import Run, build_config  # noqa: E402
 from parity_tests.harness import group_rnn_parity  # noqa: E402
 from reference.config import GroupRNNConfig  # noqa: E402
 
@@ -50,20 +50,20 @@ def parse_args(argv=None):
 
 def train_for(name, config, args, minutes=None, steps=10**9):
     """Train one model for ``minutes`` or ``steps``, whichever ends first; returns its summary."""
-    train = TrainConfig(model=name, dataset="ptb_char", steps=steps, batch=32, length=64, lr=args.lr,
-                        schedule="constant", eval_every=200, eval_tokens=40_000, checkpoint_every=10**9,
-                        seed=args.seed)
     fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "vocab_size"}
+    options = {"dataset": "ptb_char", "steps": steps, "batch": 32, "length": 64, "lr": args.lr,
+               "schedule": "constant", "eval_every": 200, "eval_tokens": 40_000, "checkpoint_every": 10**9,
+               "seed": args.seed, **fields}
     shutil.rmtree(args.out / name, ignore_errors=True)  # the demo starts from scratch every time
-    run = Run(args.out / name, train, fields)
+    run = Run(args.out / name, build_config(name, "lm", options))
     run.save_config(["--model", name, "--dataset", "ptb_char"])
-    untrained = run.evaluate("valid")
+    untrained = run.evaluate("valid")["valid_bits"]
     tokens_per_second = run.fit(deadline=None if minutes is None else time.perf_counter() + 60 * minutes)
     metrics = run.directory / "metrics.jsonl"
     curve = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
     return {"model": name, "parameters": count_parameters(run.model), "steps": run.step,
             "tokens_per_second": tokens_per_second, "valid_bpc_untrained": untrained,
-            "valid_bpc": run.evaluate("valid"), "curve": curve, "config": dataclasses.asdict(config)}
+            "valid_bpc": run.evaluate("valid")["valid_bits"], "curve": curve, "config": dataclasses.asdict(config)}
 
 
 def plot(results, path):

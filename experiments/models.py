@@ -1,40 +1,57 @@
-"""Registry of the trainable language models: a name, its config class, and how to build it.
+"""Registry of the trainable models: a name, its config class, and how to build it.
 
-Every model maps ``tokens: [B, T]`` to ``(logits [B, T, V], states or None)``.
+Every model maps ``tokens: [B, T]`` to ``(logits [B, T, V], cache)``; callers use
+``logits, _ = model(tokens)``. A model joins by one ``register`` call: its name, its config class
+and the dotted path of its ``nn.Module`` class (imported when first built), whose constructor is
+``Model(config, device=None, dtype=None, generator=None)``.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import NamedTuple
+
 import torch
 
-from experiments.baselines import GPTConfig, GPTLanguageModel, LSTMConfig, LSTMLanguageModel
+from experiments.baselines import GPTConfig, LSTMConfig
 from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
-MODEL_CONFIGS = {"group_rnn": GroupRNNConfig, "group_transformer": GroupTransformerConfig, "mlstm": MLSTMConfig,
-                 "lstm": LSTMConfig, "gpt": GPTConfig}
+
+class ModelEntry(NamedTuple):
+    name: str
+    config_class: type
+    module_class: str  # "package.module:ClassName"
+
+
+_BY_CONFIG = {}
+MODEL_CONFIGS = {}  # name -> config class
+
+
+def register(name, config_class, module_class):
+    """Add model ``name`` built from ``config_class`` instances by the class at ``module_class``."""
+    if name in MODEL_CONFIGS or config_class in _BY_CONFIG:
+        raise ValueError(f"model {name!r} or config {config_class.__name__} is already registered")
+    MODEL_CONFIGS[name] = config_class
+    _BY_CONFIG[config_class] = ModelEntry(name, config_class, module_class)
+
+
+register("group_rnn", GroupRNNConfig, "manifold_impl.group_rnn:GroupRNN")
+register("group_transformer", GroupTransformerConfig, "manifold_impl.group_transformer:GroupTransformer")
+register("mlstm", MLSTMConfig, "manifold_impl.mlstm:MLSTM")
+register("lstm", LSTMConfig, "experiments.baselines:LSTMLanguageModel")
+register("gpt", GPTConfig, "experiments.baselines:GPTLanguageModel")
 
 
 def build_model(config, device=None, dtype=None, generator=None):
-    """The torch model of a config (any class in MODEL_CONFIGS).
+    """The torch model of a config (an instance of a class in MODEL_CONFIGS).
 
     With a ``generator`` on another device than ``device`` (a CPU seed for a CUDA model), the model
     is drawn where the generator lives and then moved, so one seed gives one model on every device.
     """
+    entry = _BY_CONFIG.get(type(config))
+    if entry is None:
+        raise TypeError(f"no model for {type(config).__name__}; known: {[c.__name__ for c in MODEL_CONFIGS.values()]}")
     if generator is not None and device is not None and torch.device(device) != generator.device:
         return build_model(config, generator.device, dtype, generator).to(device)
-    if isinstance(config, GroupRNNConfig):
-        from manifold_impl.group_rnn import GroupRNN
-
-        return GroupRNN(config, device=device, dtype=dtype, generator=generator)
-    if isinstance(config, GroupTransformerConfig):
-        from manifold_impl.group_transformer import GroupTransformer
-
-        return GroupTransformer(config, device=device, dtype=dtype, generator=generator)
-    if isinstance(config, MLSTMConfig):
-        from manifold_impl.mlstm import MLSTM
-
-        return MLSTM(config, device=device, dtype=dtype, generator=generator)
-    builders = {LSTMConfig: LSTMLanguageModel, GPTConfig: GPTLanguageModel}
-    if type(config) not in builders:
-        raise TypeError(f"no model for {type(config).__name__}; known: {[c.__name__ for c in MODEL_CONFIGS.values()]}")
-    return builders[type(config)](config, device=device, dtype=dtype, generator=generator)
+    module, _, cls = entry.module_class.partition(":")
+    return getattr(importlib.import_module(module), cls)(config, device=device, dtype=dtype, generator=generator)

@@ -1,7 +1,7 @@
-"""Statistics of a noisy-recall sweep (experiments/sweeps/nar.py run names); used by experiments.report.
+"""Statistics of a noisy-recall sweep (task ``recall``); used by experiments.report.
 
-Per cell (setting, learning rate, read — ``ns<k>`` for k Newton–Schulz steps other than 5 —,
-schedule): final validation accuracy as mean ± 95%
+Each run's cell is read from its ``config.json``: setting ``V<vocab>-L<length>``, learning rate,
+read (``ns<k>`` for k Newton–Schulz steps other than the model's default) and schedule. Per cell: final validation accuracy as mean ± 95%
 t-interval over seeds, the seeds above ``SUCCESS``, and every seed's final (outcomes are bimodal,
 so the mean alone hides the shape). Seed-paired differences: each NS read − plain at equal setting, lr
 and schedule; cosine − constant at equal setting, lr and read. Curves: accuracy against the step, one
@@ -11,7 +11,6 @@ panel per (setting, lr), each seed a thin line and the mean a thick one.
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,28 +21,28 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.stats import format_interval, paired_difference_ci  # noqa: E402
+from reference.config import MLSTMConfig  # noqa: E402
 
 SUCCESS = 0.8  # a seed "succeeds" when its final validation accuracy exceeds this
-NAME = re.compile(r"^(?P<setting>V\d+-L\d+)-lr(?P<lr>[^-]+)-(?P<read>[a-z0-9]+)-(?P<schedule>[a-z]+)-seed(?P<seed>\d+)$")
 
 
-def is_recall_sweep(directory):
-    """True when the finished runs under ``directory`` are recall runs (final.json has valid_accuracy)."""
-    finals = sorted(Path(directory).glob("*/final.json"))
-    return bool(finals) and "valid_accuracy" in json.loads(finals[0].read_text())
+def cell_of(config):
+    """``(setting, lr, read, schedule)`` and the seed of a recall run's config.json record."""
+    train, task, model = config["train"], config["task"], config["model"]
+    read = model["read"]
+    if read == "ns" and model["ns_steps"] != MLSTMConfig.ns_steps:
+        read = f"ns{model['ns_steps']}"
+    return (f"V{task['vocab_size']}-L{task['length']}", f"{train['lr']:g}", read, train["schedule"]), train["seed"]
 
 
 def load_cells(directory):
     """``{(setting, lr, read, schedule): {seed: {"final": float, "curve": [(step, accuracy)]}}}``."""
     cells = defaultdict(dict)
     for final in sorted(Path(directory).glob("*/final.json")):
-        match = NAME.match(final.parent.name)
-        if match is None:
-            raise ValueError(f"run {final.parent.name!r} is not named V<v>-L<l>-lr<lr>-<read>-<schedule>-seed<k>")
+        key, seed = cell_of(json.loads((final.parent / "config.json").read_text()))
         metrics = [json.loads(line) for line in (final.parent / "metrics.jsonl").read_text().splitlines()]
-        key = (match["setting"], match["lr"], match["read"], match["schedule"])
-        cells[key][int(match["seed"])] = {"final": json.loads(final.read_text())["valid_accuracy"],
-                                          "curve": [(m["step"], m["valid_accuracy"]) for m in metrics]}
+        cells[key][seed] = {"final": json.loads(final.read_text())["valid_accuracy"],
+                            "curve": [(m["step"], m["valid_accuracy"]) for m in metrics]}
     if not cells:
         raise ValueError(f"no finished runs (*/final.json) under {directory}")
     return dict(sorted(cells.items()))

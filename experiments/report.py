@@ -1,11 +1,12 @@
 """Report a sweep: ``python -m experiments.report DIR``.
 
-Groups the finished runs under DIR (directories holding ``final.json``) into arms — a run's name
-without its ``-seed<k>`` suffix — and writes next to them ``report.md`` (per arm: runs,
-parameters, final test bits per token as mean ± 95% t-interval over seeds, tokens/s, training
-wall time) and ``report_curves.png`` / ``report_drift.png`` (validation bits and state drift
-against the step, mean over seeds). A noisy-recall sweep (runs of ``experiments.recall``) gets
-its own statistics instead: see ``experiments/recall_report.py``.
+Reads each finished run under DIR (a directory holding ``final.json``) with its ``config.json``;
+the runs' task chooses the report. Language modelling (``lm``): runs whose configs differ only in
+the seed form an arm (labelled by a run's name without its ``-seed<k>`` suffix), and ``report.md``
+gives per arm the runs, parameters, final test bits per token as mean ± 95% t-interval over seeds,
+tokens/s and training wall time, next to ``report_curves.png`` / ``report_drift.png`` (validation
+bits and state drift against the step, mean over seeds). Noisy recall (``recall``) gets its own
+statistics: see ``experiments/recall_report.py``.
 """
 
 from __future__ import annotations
@@ -31,18 +32,40 @@ def arm_of(name):
     return re.sub(r"-seed\d+$", "", name)
 
 
-def load_runs(directory):
-    """``{arm: [run]}`` with each run's name, final.json and metrics.jsonl."""
-    arms = defaultdict(list)
+def finished_runs(directory):
+    """Every finished run under ``directory``: its name, config.json, final.json and metrics.jsonl."""
+    runs = []
     for final in sorted(Path(directory).glob("*/final.json")):
         run_dir = final.parent
         metrics = run_dir / "metrics.jsonl"
-        arms[arm_of(run_dir.name)].append({
-            "name": run_dir.name, "final": json.loads(final.read_text()),
-            "metrics": [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []})
-    if not arms:
+        runs.append({"name": run_dir.name, "config": json.loads((run_dir / "config.json").read_text()),
+                     "final": json.loads(final.read_text()),
+                     "metrics": [json.loads(line) for line in metrics.read_text().splitlines()]
+                     if metrics.exists() else []})
+    if not runs:
         raise ValueError(f"no finished runs (*/final.json) under {directory}")
-    return dict(arms)
+    return runs
+
+
+def task_of(runs):
+    """The one task of ``runs`` (from their configs)."""
+    tasks = {run["config"]["train"]["task"] for run in runs}
+    if len(tasks) != 1:
+        raise ValueError(f"a report covers one task; these runs have {sorted(tasks)}")
+    return tasks.pop()
+
+
+def without_seed(config):
+    """A run's config without its seed: what its arm shares."""
+    return json.dumps({**config, "train": {k: v for k, v in config["train"].items() if k != "seed"}}, sort_keys=True)
+
+
+def load_runs(directory):
+    """``{arm: [run]}``: runs grouped by their config without the seed, labelled by ``arm_of`` the first name."""
+    groups = defaultdict(list)
+    for run in finished_runs(directory):
+        groups[without_seed(run["config"])].append(run)
+    return {arm_of(runs[0]["name"]): runs for runs in groups.values()}
 
 
 def table(arms):
@@ -82,16 +105,25 @@ def plot(arms, key, ylabel, path, log=False):
 
 
 def report(directory):
-    """Write report.md and the plots into ``directory``; returns the Markdown."""
+    """Write the report of the runs' task into ``directory``; returns the Markdown."""
     directory = Path(directory)
-    if recall_report.is_recall_sweep(directory):
-        return recall_report.report(directory)
+    task = task_of(finished_runs(directory))
+    if task not in REPORTS:
+        raise ValueError(f"no report for task {task!r}; reports exist for {sorted(REPORTS)}")
+    return REPORTS[task](directory)
+
+
+def lm_report(directory):
+    """Write report.md and the plots of a language-modelling sweep into ``directory``; returns the Markdown."""
     arms = load_runs(directory)
     markdown = f"# Report: {directory.name}\n\n" + table(arms)
     (directory / "report.md").write_text(markdown)
     plot(arms, "valid_bits", "validation bits per token (mean over seeds)", directory / "report_curves.png")
     plot(arms, "drift", "max |xᴴx − I| of group-valued parameters", directory / "report_drift.png", log=True)
     return markdown
+
+
+REPORTS = {"lm": lm_report, "recall": recall_report.report}
 
 
 def main(argv=None):

@@ -1,21 +1,21 @@
-"""Run a sweep: ``python -m experiments.sweep SWEEP.py|PRESET [--workers 2] [--out DIR]``.
+"""Run a sweep: ``python -m experiments.sweep SWEEP [--workers 2] [--out DIR]``.
 
-A sweep file is a Python file that defines ``RUNS``, a list of ``experiments.sweep.SweepRun``
-(one run each: a unique name and the ``--key value`` options of its program, ``experiments.train``
-— with the model and the dataset — or ``experiments.recall``). A preset is the name of a sweep
-file in ``experiments/sweeps/`` (``PRESETS``). Runs go to ``DIR/<name>`` (default
-``runs/<sweep file stem>``) on a local process pool. A run whose ``final.json`` exists is skipped,
-so an interrupted sweep continues where it stopped (an unfinished training run resumes from its
-checkpoint; a recall run starts over); a run that fails writes ``error.txt`` and the others go on.
-``DIR/sweep-<sweep file stem>.json`` records every run's status (one file per sweep, so
-sweeps that share a directory keep theirs).
+SWEEP is a preset (``experiments.sweeps.PRESETS``), a dotted module name or a Python file that
+defines ``RUNS``, a list of ``experiments.sweep_run.SweepRun`` (one run each: a unique name, a
+model, a task and typed options; see ``experiments.sweeps``). Each run is trained by
+``experiments.train.run`` into ``DIR/<name>`` (default ``runs/<sweep file stem>``) on a local
+process pool. A run whose ``final.json`` exists is skipped and an unfinished one resumes from its
+checkpoint, so an interrupted sweep continues where it stopped; a run that fails writes
+``error.txt`` and the others go on. ``DIR/sweep-<sweep file stem>.json`` records every run's
+status (one file per sweep, so sweeps that share a directory keep theirs).
 
 ``--executor ray`` sends the same runs to a Ray cluster instead (``RAY_ADDRESS`` names it;
 without it Ray starts a local one), one task per run with ``--workers`` tasks' worth of CPUs
 shared out as on the pool. The run directories must be on storage every node sees.
 
-A sweep file may set ``NEEDS_CUDA = "why"``: without a CUDA device the sweep then stops before
-starting, printing why, unless ``--allow-cpu`` is given.
+A sweep may set ``NEEDS_CUDA = "why"``: without a CUDA device the sweep then stops before
+starting, printing why, unless ``--allow-cpu`` is given. Presets that set ``device: auto``
+resolve it when each run starts, on the machine that runs it.
 """
 
 from __future__ import annotations
@@ -24,92 +24,24 @@ import argparse
 import concurrent.futures
 import json
 import os
-import runpy
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 
-SWEEPS_DIR = Path(__file__).parent / "sweeps"
-PRESETS = {"charlm-ptb": "charlm_ptb.py", "charlm-shakespeare": "charlm_shakespeare.py", "paper": "charlm_paper.py",
-           "nar-cpu": "nar_cpu.py", "nar-cpu-ns-steps": "nar_cpu_ns_steps.py", "nar-paper": "nar_paper.py"}
-PROGRAMS = ("train", "recall")
-
-
-@dataclass(frozen=True)
-class SweepRun:
-    """One run of a sweep. ``options``: ``{"n": 16, "lr": 1e-3, ...}`` as ``--n 16 --lr 0.001``.
-
-    ``program="train"`` runs ``experiments.train`` on ``model`` and ``dataset``;
-    ``program="recall"`` runs ``experiments.recall`` (the mLSTM on noisy recall; ``model`` and
-    ``dataset`` are then ``"mlstm"`` and ``"nar"``, and the task comes from the options).
-    """
-
-    name: str
-    model: str
-    dataset: str
-    options: dict = field(default_factory=dict)
-    program: str = "train"
-
-    def __post_init__(self):
-        if self.program not in PROGRAMS:
-            raise ValueError(f"unknown program {self.program!r}; choose from {PROGRAMS}")
-        if self.program == "recall" and (self.model, self.dataset) != ("mlstm", "nar"):
-            raise ValueError("recall runs train model 'mlstm' on dataset 'nar'")
-
-    def argv(self, directory):
-        pairs = [item for key, value in self.options.items() for item in (f"--{key.replace('_', '-')}", str(value))]
-        if self.program == "recall":
-            return [*pairs, "--run-dir", str(directory)]
-        return ["--model", self.model, "--dataset", self.dataset, *pairs, "--run-dir", str(directory)]
-
-
-def resolve(sweep):
-    """A preset name or a path -> the sweep file's Path."""
-    if str(sweep) in PRESETS:
-        return SWEEPS_DIR / PRESETS[str(sweep)]
-    path = Path(sweep)
-    if not path.is_file():
-        raise FileNotFoundError(f"no sweep file {sweep}; presets: {sorted(PRESETS)}")
-    return path
-
-
-def load_sweep(path):
-    """The namespace of a sweep file, with its ``RUNS`` validated (a list of SweepRun with unique names)."""
-    namespace = runpy.run_path(str(path))
-    runs = namespace.get("RUNS")
-    if not isinstance(runs, list) or not all(isinstance(run, SweepRun) for run in runs):
-        raise ValueError(f"{path} must define RUNS, a list of experiments.sweep.SweepRun")
-    names = [run.name for run in runs]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ValueError(f"{path}: run names must be unique; repeated: {duplicates}")
-    return namespace
-
-
-def load_runs(path):
-    """The validated ``RUNS`` of a sweep file."""
-    return load_sweep(path)["RUNS"]
+from experiments import train
+from experiments.sweeps import PRESETS, load_sweep
 
 
 def _set_threads(count):
-    import torch
-
     torch.set_num_threads(count)
 
 
 def execute(run, directory):
     """Worker: train one run (resuming if it has a checkpoint); returns its status."""
-    from experiments import recall, train
-
     directory = Path(directory)
     try:
-        if run.program == "recall":
-            recall.main(run.argv(directory))
-        elif (directory / "checkpoint.pt").exists():
-            train.main(["--resume", str(directory)])
-        else:
-            train.main(run.argv(directory))
+        train.run(train.build_config(run.model, run.task, run.options), directory)
         return {"name": run.name, "status": "done"}
     except Exception:  # noqa: BLE001 - one failing run must not stop the sweep
         directory.mkdir(parents=True, exist_ok=True)
@@ -149,8 +81,8 @@ def _run_on_ray(pending, out, threads):
 EXECUTORS = ("local", "ray")
 
 
-def run_sweep(path, out=None, workers=2, allow_cpu=False, executor="local"):
-    """Run every pending run of the sweep file (or preset) ``path``; returns ``{name: status}``.
+def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
+    """Run every pending run of ``sweep`` (a preset, module or file); returns ``{name: status}``.
 
     ``executor``: ``local`` (a process pool of ``workers``) or ``ray`` (see the module docstring).
 
@@ -158,17 +90,13 @@ def run_sweep(path, out=None, workers=2, allow_cpu=False, executor="local"):
         RuntimeError: the sweep sets ``NEEDS_CUDA``, no CUDA device is present and ``allow_cpu``
             is False (nothing has started).
     """
-    import torch
-
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose from {EXECUTORS}")
-    path = resolve(path)
-    namespace = load_sweep(path)
-    runs = namespace["RUNS"]
-    if namespace.get("NEEDS_CUDA") and not torch.cuda.is_available() and not allow_cpu:
-        raise RuntimeError(f"{path.name}: no CUDA device. {namespace['NEEDS_CUDA']} "
-                           "Pass --allow-cpu to start anyway.")
-    out = Path(out) if out is not None else Path("runs") / Path(path).stem
+    loaded = load_sweep(sweep)
+    runs = loaded.runs
+    if loaded.needs_cuda and not torch.cuda.is_available() and not allow_cpu:
+        raise RuntimeError(f"{loaded.name}: no CUDA device. {loaded.needs_cuda} Pass --allow-cpu to start anyway.")
+    out = Path(out) if out is not None else Path("runs") / loaded.name
     out.mkdir(parents=True, exist_ok=True)
     status = {run.name: {"name": run.name, "status": "skipped (complete)"} for run in runs
               if (out / run.name / "final.json").exists()}
@@ -177,14 +105,13 @@ def run_sweep(path, out=None, workers=2, allow_cpu=False, executor="local"):
     results = _run_on_ray(pending, out, threads) if executor == "ray" else _run_on_pool(pending, out, workers, threads)
     status.update({result["name"]: result for result in results})
     ordered = {run.name: status[run.name] for run in runs}
-    recorded = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
-    (out / f"sweep-{Path(path).stem}.json").write_text(json.dumps({"sweep": recorded, "runs": ordered}, indent=2))
+    (out / f"sweep-{loaded.name}.json").write_text(json.dumps({"sweep": loaded.source, "runs": ordered}, indent=2))
     return ordered
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.sweep", description=__doc__.splitlines()[0])
-    parser.add_argument("sweep", help=f"a sweep file, or a preset: {', '.join(sorted(PRESETS))}")
+    parser.add_argument("sweep", help=f"a sweep file or module, or a preset: {', '.join(sorted(PRESETS))}")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--allow-cpu", action="store_true", help="start a sweep that asks for CUDA on the CPU")
@@ -203,8 +130,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    # Run the imported module's main: sweep files build ``experiments.sweep.SweepRun``, which is
-    # not this ``__main__`` module's class of the same name.
-    from experiments.sweep import main as sweep_main
-
-    raise SystemExit(sweep_main())
+    raise SystemExit(main())

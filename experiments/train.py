@@ -1,25 +1,29 @@
-"""Train a language model: ``python -m experiments.train --model M --dataset D [--key value ...]``.
+"""Train any model on any task: ``python -m experiments.train --model M [--task T] [--key value ...]``.
 
     python -m experiments.train --model group_rnn --dataset ptb_char --group O --n 16 --steps 2000
+    python -m experiments.train --model mlstm --task recall --vocab-size 48 --length 64 --read ns
     python -m experiments.train --resume runs/my-run
     python -m experiments.train --preset charlm-ptb/rnn-U-seed0 --steps 100   # one run of a preset
 
-``--preset SWEEP/RUN`` takes model, dataset and options from run RUN of a sweep preset (or sweep
-file; see ``experiments.sweep``); further ``--key value`` pairs override them.
+Models: the keys of ``experiments.models.MODEL_CONFIGS``; tasks: ``experiments.tasks.task_classes()``
+(``lm``, the default, language modelling on ``--dataset``; ``recall``, noisy in-context recall).
+Every ``--key value`` sets a field of ``TrainConfig`` (``--lr 1e-3``), of the task's config
+(``--dataset ptb_char``, ``--length 64``) or of the model's config (``--n 16``); the three share no
+field name, and unknown keys are refused. ``--preset SWEEP/RUN`` takes model, task and options
+from run RUN of a sweep (``experiments.sweeps``); further pairs override them.
 
-Models: the keys of ``experiments.models.MODEL_CONFIGS``; datasets: the keys of ``experiments.datasets.DATASETS``. Every
-``--key value`` after the two names sets a field of the model's config (``--n 16``) or of
-``TrainConfig`` (``--lr 1e-3``); unknown keys are refused.
-
-One optimizer step updates Euclidean parameters with AdamW and group-valued ones
-(``geoopt.ManifoldParameter``) with RiemannianAdam, under one schedule (constant or cosine with
-linear warm-up) after clipping the gradient norm. The run directory holds ``config.json`` (both
+One loop for every task: AdamW on Euclidean parameters and RiemannianAdam on group-valued ones
+(``geoopt.ManifoldParameter``), one schedule (linear warm-up, then constant or cosine to 0), the
+gradient norm clipped to ``clip`` (``none``: not clipped), an evaluation of the task's validation
+split every ``eval_every`` steps. The run directory holds ``config.json`` (training, task and model
 configs), ``command.txt``, ``git_revision.txt``, ``metrics.jsonl`` (one JSON object per
 evaluation), ``checkpoint.pt`` (written atomically every ``checkpoint_every`` steps: model,
-optimizers, schedule, step and both random generators) and ``final.json`` (test bits per token,
-perplexity for word-level data, tokens/s, the measured drift of group-valued tensors). A run
-killed at any point and continued with ``--resume`` produces the same metrics as an
-uninterrupted one on the CPU (tested).
+optimizers, schedule, step and both random generators, as tensors and JSON: it is loaded with
+``weights_only=True``, so a checkpoint that carries a pickled object is refused) and ``final.json``
+(the task's validation and test metrics, tokens/s, parameters, the drift of group-valued tensors).
+A run killed at any point and continued with ``--resume`` produces the same metrics as an
+uninterrupted one on the CPU (tested). Progress goes to stderr: a bar on a terminal, otherwise one
+plain line per evaluation.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ import dataclasses
 import json
 import math
 import os
+import pickle
 import sys
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +45,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from experiments.datasets import DATASETS, load_dataset
-from experiments.lm import bits_per_token, random_windows
 from experiments.models import MODEL_CONFIGS, build_model
+from experiments.params_budget import count_parameters
 from experiments.provenance import write_provenance
+from experiments.sweeps import load_runs
+from experiments.tasks import task_class
 from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
 
@@ -51,20 +58,22 @@ SCHEDULES = ("constant", "cosine")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """How to train (model-independent). Validated in ``__post_init__``."""
+    """How to train (model- and task-independent). Validated in ``__post_init__``.
+
+    ``device``: a torch device, or ``auto`` (CUDA when the machine has it), resolved when the run
+    starts. ``clip``: the largest gradient norm, or None for no clipping.
+    """
 
     model: str
-    dataset: str
+    task: str = "lm"
     steps: int = 1000
     batch: int = 32
-    length: int = 128
     lr: float = 1e-3
     schedule: str = "cosine"
     warmup: int = 0
     weight_decay: float = 0.0
-    clip: float = 1.0
+    clip: float | None = 1.0
     eval_every: int = 200
-    eval_tokens: int = 50_000
     checkpoint_every: int = 200
     seed: int = 0
     dtype: str = "float32"
@@ -73,15 +82,16 @@ class TrainConfig:
     def __post_init__(self):
         if self.model not in MODEL_CONFIGS:
             raise ValueError(f"unknown model {self.model!r}; choose one of {sorted(MODEL_CONFIGS)}")
-        if self.dataset not in DATASETS:
-            raise ValueError(f"unknown dataset {self.dataset!r}; choose one of {sorted(DATASETS)}")
-        for name in ("steps", "batch", "length", "eval_every", "eval_tokens", "checkpoint_every"):
+        task_class(self.task)  # refuses an unknown task
+        for name in ("steps", "batch", "eval_every", "checkpoint_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {self.seed!r}")
         if not isinstance(self.warmup, int) or not 0 <= self.warmup < self.steps:
             raise ValueError(f"warmup must be an int in [0, steps), got {self.warmup!r}")
-        if not self.lr > 0 or self.clip <= 0 or self.weight_decay < 0:
+        if not self.lr > 0 or (self.clip is not None and not self.clip > 0) or self.weight_decay < 0:
             raise ValueError("lr and clip must be positive and weight_decay non-negative")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; choose one of {list(SCHEDULES)}")
@@ -89,42 +99,99 @@ class TrainConfig:
             raise ValueError(f"dtype must be float32 or float64, got {self.dtype!r}")
 
 
-def model_fields(name):
-    """Field names and types of the model's config class (what ``--key value`` may set for it)."""
-    return {f.name: f.type for f in dataclasses.fields(MODEL_CONFIGS[name]) if f.name != "vocab_size"}
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run: the training config, the task's config and the model's config."""
+
+    train: TrainConfig
+    task: typing.Any
+    model: typing.Any
+
+    def to_json(self):
+        return {"train": dataclasses.asdict(self.train), "task": dataclasses.asdict(self.task),
+                "model": dataclasses.asdict(self.model)}
+
+    @classmethod
+    def from_json(cls, record):
+        train = TrainConfig(**record["train"])
+        return cls(train, task_class(train.task).Config(**record["task"]), MODEL_CONFIGS[train.model](**record["model"]))
 
 
-def _convert(text, annotation):
-    """Parse ``text`` as the dataclass field type ``annotation`` ('int', 'float', 'int | None', ...)."""
-    kinds = str(annotation).replace(" ", "").split("|")
-    if "None" in kinds and text.lower() == "none":
+def _fields(config_class, excluded=()):
+    """``{field name: type}`` of a config dataclass (types resolved from its annotations)."""
+    hints = typing.get_type_hints(config_class)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config_class) if f.name not in excluded}
+
+
+def _option_fields(model, task):
+    """``{field: (part, type)}`` over the three configs a run's options may set; a shared name is an error."""
+    parts = {"train": _fields(TrainConfig, ("model", "task")), "task": _fields(task_class(task).Config),
+             "model": _fields(MODEL_CONFIGS[model], ("vocab_size",))}
+    owners = {}
+    for part, fields in parts.items():
+        for name, kind in fields.items():
+            if name in owners:
+                raise ValueError(f"field {name!r} is in both the {owners[name][0]} and the {part} config")
+            owners[name] = (part, kind)
+    return owners
+
+
+def build_config(model, task, options):
+    """The RunConfig of ``model`` on ``task`` with ``options`` (``{field: value}``, typed), validated.
+
+    Raises:
+        ValueError: an unknown model, task or option, or a value its config refuses.
+    """
+    if model not in MODEL_CONFIGS:
+        raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODEL_CONFIGS)}")
+    owners = _option_fields(model, task)
+    parts = {"train": {}, "task": {}, "model": {}}
+    for name, value in options.items():
+        if name not in owners:
+            raise ValueError(f"unknown option '--{name.replace('_', '-')}': not a field of TrainConfig, of the "
+                             f"{task} task's config or of the {model} config ({sorted(owners)})")
+        parts[owners[name][0]][name] = value
+    train = TrainConfig(model=model, task=task, **parts["train"])
+    task_config = task_class(task).Config(**parts["task"])
+    vocab_size = task_class(task)(task_config, train.seed).vocab_size
+    return RunConfig(train, task_config, MODEL_CONFIGS[model](vocab_size=vocab_size, **parts["model"]))
+
+
+def _parse(text, kind):
+    """``text`` as a value of the field type ``kind`` (``int``, ``float``, ``float | None``, ``str``...)."""
+    kinds = typing.get_args(kind) or (kind,)
+    if type(None) in kinds and text.lower() == "none":
         return None
-    if "bool" in kinds:
+    if bool in kinds:
         if text.lower() not in ("true", "false"):
             raise ValueError(f"expected true or false, got {text!r}")
         return text.lower() == "true"
-    for name, kind in (("int", int), ("float", float)):
-        if name in kinds:
-            return kind(text)
+    for candidate in (int, float):
+        if candidate in kinds:
+            return candidate(text)
     return text
 
 
-def split_overrides(model, pairs):
-    """``['--n', '16', '--lr', '1e-3']`` -> (model fields, train fields), typed; unknown keys raise."""
+def parse_options(model, task, pairs):
+    """``['--n', '16', '--lr', '1e-3']`` -> ``{"n": 16, "lr": 0.001}``, typed by the configs' fields."""
     if len(pairs) % 2:
         raise ValueError(f"expected --key value pairs, got {pairs}")
-    train_fields = {f.name: f.type for f in dataclasses.fields(TrainConfig) if f.name not in ("model", "dataset")}
-    model_part, train_part = {}, {}
+    owners = _option_fields(model, task)
+    options = {}
     for key, text in zip(pairs[::2], pairs[1::2]):
         name = key[2:].replace("-", "_") if key.startswith("--") else None
-        if name in train_fields:
-            train_part[name] = _convert(text, train_fields[name])
-        elif name in model_fields(model):
-            model_part[name] = _convert(text, model_fields(model)[name])
-        else:
-            raise ValueError(f"unknown option {key!r}: not a field of TrainConfig or of the {model} config "
-                             f"({sorted(set(train_fields) | set(model_fields(model)))})")
-    return model_part, train_part
+        if name not in owners:
+            raise ValueError(f"unknown option {key!r}: not a field of TrainConfig, of the {task} task's config or "
+                             f"of the {model} config ({sorted(owners)})")
+        options[name] = _parse(text, owners[name][1])
+    return options
+
+
+def resolve_device(device):
+    """``auto`` -> ``cuda`` when available, else ``cpu``; any other device unchanged."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
 
 
 class Optimizers:
@@ -187,19 +254,55 @@ def atomic_save(obj, path):
     os.replace(temporary, path)
 
 
-class Run:
-    """One training run in a directory: build, train (resuming if a checkpoint exists), evaluate."""
+def load_checkpoint_file(path, device):
+    """A checkpoint's contents, loaded with ``weights_only=True`` (tensors and plain data only).
 
-    def __init__(self, directory, train, model_part):
-        self.directory, self.train, self.model_part = Path(directory), train, model_part
-        dtype = getattr(torch, train.dtype)
-        data = load_dataset(train.dataset)
-        self.data, self.word_level = data, data.word_level
-        generator = torch.Generator().manual_seed(train.seed)
-        self.model_config = MODEL_CONFIGS[train.model](vocab_size=len(data.vocabulary), **model_part)
-        self.model = build_model(self.model_config, device=train.device, dtype=dtype, generator=generator)
-        self.optimizers = Optimizers(self.model, train)
-        self.rng = np.random.default_rng(train.seed)
+    Raises:
+        ValueError: the file holds a pickled object of another kind (it would run code to load).
+    """
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise ValueError(f"refusing to load {path}: it holds a pickled object, not only tensors and plain data, "
+                         f"and loading it could run code ({str(error).splitlines()[0]})") from None
+
+
+class Progress:
+    """Training progress on ``stream``: a tqdm bar on a terminal, otherwise one plain line per evaluation."""
+
+    def __init__(self, name, total, initial, stream=None):
+        self.name, self.total, self.stream = name, total, sys.stderr if stream is None else stream
+        self.bar = tqdm(total=total, initial=initial, desc=name, unit="step", file=self.stream) \
+            if self.stream.isatty() else None
+
+    def step(self, loss, tokens_per_second):
+        if self.bar is not None:
+            self.bar.update()
+            self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_second:.0f}")
+
+    def evaluation(self, record, tokens_per_second):
+        if self.bar is None:
+            values = " ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step" and isinstance(v, float))
+            total = f"/{self.total}" if self.total is not None else ""
+            print(f"{self.name} step {record['step']}{total} {values} tokens/s {tokens_per_second:.0f}",
+                  file=self.stream, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Run:
+    """One training run in a directory: build, train (resuming from its checkpoint), evaluate."""
+
+    def __init__(self, directory, config):
+        self.directory, self.config, self.train = Path(directory), config, config.train
+        self.task = task_class(self.train.task)(config.task, self.train.seed)
+        generator = torch.Generator().manual_seed(self.train.seed)
+        self.model = build_model(config.model, device=self.train.device, dtype=getattr(torch, self.train.dtype),
+                                 generator=generator)
+        self.optimizers = Optimizers(self.model, self.train)
+        self.rng = np.random.default_rng(self.train.seed)
         self.step = 0
         self.train_seconds = 0.0  # wall time spent in fit, this process
 
@@ -209,21 +312,21 @@ class Run:
 
     def save_config(self, argv):
         self.directory.mkdir(parents=True, exist_ok=True)
-        record = {"train": dataclasses.asdict(self.train), "model": dataclasses.asdict(self.model_config)}
-        (self.directory / "config.json").write_text(json.dumps(record, indent=2))
+        (self.directory / "config.json").write_text(json.dumps(self.config.to_json(), indent=2))
         write_provenance(self.directory, "experiments.train", argv)
 
     def save_checkpoint(self):
         atomic_save({"step": self.step, "model": self.model.state_dict(),
-                     "optimizers": self.optimizers.state_dict(), "numpy_rng": self.rng.bit_generator.state,
+                     "optimizers": self.optimizers.state_dict(),
+                     "numpy_rng": json.dumps(self.rng.bit_generator.state),
                      "torch_rng": torch.get_rng_state()}, self.checkpoint_path)
 
     def load_checkpoint(self):
-        state = torch.load(self.checkpoint_path, weights_only=False)
+        state = load_checkpoint_file(self.checkpoint_path, self.train.device)
         self.model.load_state_dict(state["model"])
         self.optimizers.load_state_dict(state["optimizers"])
-        self.rng.bit_generator.state = state["numpy_rng"]
-        torch.set_rng_state(state["torch_rng"])
+        self.rng.bit_generator.state = json.loads(state["numpy_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())
         self.step = state["step"]
         self._truncate_metrics()
 
@@ -238,105 +341,126 @@ class Run:
         with open(self.directory / "metrics.jsonl", "a") as handle:
             handle.write(json.dumps(record) + "\n")
 
+    @torch.no_grad()
     def evaluate(self, split):
-        stream = self.data.streams[split][: self.train.eval_tokens + 1]
+        """The task's metrics of the current model on ``split`` (evaluation mode, no gradients)."""
         self.model.eval()
-        bits = bits_per_token(self.model, stream, self.train.length, device=self.train.device)
+        metrics = self.task.evaluate(self.model, split)
         self.model.train()
-        return bits
+        return metrics
 
     def fit(self, deadline=None):
         """Train to ``train.steps`` (or until ``time.perf_counter()`` passes ``deadline``); tokens/s."""
-        train, stream = self.train, self.data.streams["train"]
-        tokens_per_step = train.batch * train.length
-        start, first = time.perf_counter(), self.step
-        with tqdm(total=train.steps if deadline is None else None, initial=self.step, desc=self.directory.name,
-                  unit="step") as bar:
-            while self.step < train.steps and (deadline is None or time.perf_counter() < deadline):
-                inputs, targets = random_windows(stream, train.batch, train.length, self.rng)
-                logits, _ = self.model(inputs.to(train.device))
-                loss = cross_entropy(logits, targets.to(train.device))
-                self.optimizers.zero_grad()
-                loss.backward()
+        train = self.train
+        start, tokens = time.perf_counter(), 0
+        progress = Progress(self.directory.name, train.steps if deadline is None else None, self.step)
+        while self.step < train.steps and (deadline is None or time.perf_counter() < deadline):
+            inputs, targets = self.task.train_batch(self.rng, train.batch, self.step)
+            logits, _ = self.model(inputs.to(train.device))
+            loss = cross_entropy(logits, targets.to(train.device))
+            self.optimizers.zero_grad()
+            loss.backward()
+            if train.clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), train.clip)
-                self.optimizers.step()
-                self.step += 1
-                bar.update()
-                rate = (self.step - first) * tokens_per_step / (time.perf_counter() - start)
-                bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:.0f}")
-                if self.step % train.eval_every == 0 or self.step == train.steps:
-                    self._log({"step": self.step, "train_bits": loss.item() / math.log(2),
-                               "valid_bits": self.evaluate("valid"), "drift": group_drift(self.model)})
-                if self.step % train.checkpoint_every == 0 or self.step == train.steps:
-                    self.save_checkpoint()
+            self.optimizers.step()
+            self.step += 1
+            tokens += inputs.numel()
+            rate = tokens / (time.perf_counter() - start)
+            progress.step(loss.item(), rate)
+            if self.step % train.eval_every == 0 or self.step == train.steps:
+                record = {"step": self.step, **self.task.train_metrics(loss.item()), **self.evaluate("valid"),
+                          "drift": group_drift(self.model)}
+                self._log(record)
+                progress.evaluation(record, rate)
+            if self.step % train.checkpoint_every == 0 or self.step == train.steps:
+                self.save_checkpoint()
+        progress.close()
         self.train_seconds += time.perf_counter() - start
-        return (self.step - first) * tokens_per_step / max(time.perf_counter() - start, 1e-9)
+        return tokens / max(time.perf_counter() - start, 1e-9)
 
     def finish(self, tokens_per_second):
-        split = "test" if "test" in self.data.streams else "valid"  # Tiny Shakespeare has no test split
-        test_bits = self.evaluate(split)
-        result = {"step": self.step, "test_split": split, "test_bits_per_token": test_bits,
+        """Write and return ``final.json``: the task's validation and test metrics and the run's figures."""
+        result = {"steps": self.step, **self.evaluate("valid"), **self.evaluate("test"),
                   "tokens_per_second": tokens_per_second, "train_seconds": self.train_seconds,
-                  "parameters": sum(p.numel() * (2 if p.is_complex() else 1) for p in self.model.parameters()),
-                  "drift": group_drift(self.model)}
-        if self.word_level:
-            result["test_perplexity"] = 2.0 ** test_bits
+                  "parameters": count_parameters(self.model), "drift": group_drift(self.model)}
         (self.directory / "final.json").write_text(json.dumps(result, indent=2))
         return result
+
+
+def run(config, directory, argv=None):
+    """Train ``config`` (a RunConfig) in ``directory``, resuming from its checkpoint; returns final.json's record.
+
+    ``device: auto`` is resolved here, on the machine that runs. ``argv``: the command recorded in
+    ``command.txt`` (default: the equivalent ``experiments.train`` command line).
+
+    Raises:
+        ValueError: ``directory`` holds a checkpoint of a different run.
+    """
+    directory = Path(directory)
+    config = dataclasses.replace(config, train=dataclasses.replace(
+        config.train, device=resolve_device(config.train.device)))
+    training = Run(directory, config)
+    if training.checkpoint_path.exists():
+        saved = json.loads((directory / "config.json").read_text())
+        if saved != json.loads(json.dumps(config.to_json())):
+            raise ValueError(f"{directory} holds a checkpoint of a different run (see its config.json)")
+        training.load_checkpoint()
+    else:
+        training.save_config(command_line(config, directory) if argv is None else argv)
+    return training.finish(training.fit())
+
+
+def command_line(config, directory):
+    """The ``experiments.train`` arguments that rebuild ``config``: model, task and every non-default field."""
+    argv = ["--model", config.train.model, "--task", config.train.task]
+    for part in (config.train, config.task, config.model):
+        for field in dataclasses.fields(part):
+            value = getattr(part, field.name)
+            if field.name not in ("model", "task", "vocab_size") and value != field.default:
+                argv += [f"--{field.name.replace('_', '-')}", str(value)]
+    return [*argv, "--run-dir", str(directory)]
 
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m experiments.train", description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODEL_CONFIGS))
-    parser.add_argument("--dataset", choices=sorted(DATASETS))
-    parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<model>-<dataset>-seed<seed>")
+    parser.add_argument("--task", default="lm")
+    parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<model>-<task>-seed<seed>")
     parser.add_argument("--resume", type=Path, default=None, help="continue the run in this directory")
     parser.add_argument("--preset", default=None, help="SWEEP/RUN: one training run of a sweep preset or file")
     return parser
 
 
 def preset_argv(preset):
-    """``--model M --dataset D --key value ...`` of run RUN in ``SWEEP/RUN`` (a preset name or a sweep file)."""
-    from experiments.sweep import load_runs, resolve
-
+    """``--model M --task T --key value ...`` of run RUN in ``SWEEP/RUN`` (a preset, module or sweep file)."""
     sweep, _, name = preset.rpartition("/")
     if not sweep or not name:
         raise ValueError(f"--preset takes SWEEP/RUN (for example charlm-ptb/rnn-O-seed0), got {preset!r}")
-    runs = {run.name: run for run in load_runs(resolve(sweep))}
+    runs = {run.name: run for run in load_runs(sweep)}
     if name not in runs:
         raise ValueError(f"no run {name!r} in {sweep}; it has: {', '.join(sorted(runs)[:8])}, ...")
-    if runs[name].program != "train":
-        raise ValueError(f"{preset} is a {runs[name].program} run; run it with python -m experiments.{runs[name].program}")
-    return runs[name].argv("unused")[:-2]  # without --run-dir
+    return runs[name].argv()
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args, rest = build_parser().parse_known_args(argv)
     if args.preset is not None:
-        if args.model or args.dataset or args.resume:
-            build_parser().error("--preset replaces --model and --dataset, and cannot resume")
+        if args.model or args.resume:
+            build_parser().error("--preset replaces --model and --task, and cannot resume")
         argv = [*preset_argv(args.preset), *[a for a in argv if a not in ("--preset", args.preset)]]
         args, rest = build_parser().parse_known_args(argv)
     if args.resume is not None:
-        saved = json.loads((args.resume / "config.json").read_text())
-        model_part = {k: v for k, v in saved["model"].items() if k != "vocab_size"}
-        run = Run(args.resume, TrainConfig(**saved["train"]), model_part)
-        if run.checkpoint_path.exists():
-            run.load_checkpoint()
+        directory = args.resume
+        config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
     else:
-        if args.model is None or args.dataset is None:
-            build_parser().error("--model and --dataset are required (or --resume DIR)")
-        model_part, train_part = split_overrides(args.model, rest)
-        train = TrainConfig(model=args.model, dataset=args.dataset, **train_part)
-        directory = args.run_dir or Path("runs") / f"{train.model}-{train.dataset}-seed{train.seed}"
+        if args.model is None:
+            build_parser().error("--model is required (or --resume DIR)")
+        config = build_config(args.model, args.task, parse_options(args.model, args.task, rest))
+        directory = args.run_dir or Path("runs") / f"{args.model}-{args.task}-seed{config.train.seed}"
         if (directory / "checkpoint.pt").exists():
             raise ValueError(f"{directory} already holds a run; continue it with --resume {directory}")
-        run = Run(directory, train, model_part)
-        run.save_config(argv)
-    tokens_per_second = run.fit()
-    result = run.finish(tokens_per_second)
-    print(json.dumps(result))
+    print(json.dumps(run(config, directory, None if args.resume else argv)))
     return 0
 
 

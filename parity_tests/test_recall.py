@@ -1,10 +1,12 @@
-"""Noisy-recall training runs (experiments/recall.py): a few-step smoke run of both reads."""
+"""Noisy-recall training runs (the experiments/recall.py preset of experiments.train): a few-step smoke run of
+both reads."""
 
 import json
 
 import pytest
 
-from experiments.recall import RecallConfig, learning_rate_factor, main
+from experiments.recall import main
+from experiments.train import TrainConfig, build_config, learning_rate_factor
 
 TINY = ["--vocab-size", "24", "--length", "16", "--steps", "4", "--batch", "4", "--valid-sequences", "6",
         "--eval-every", "2"]
@@ -17,7 +19,7 @@ def test_a_few_steps_of_each_read_write_the_run(tmp_path, read, schedule):
     metrics = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [2, 4]
     assert all(0.0 <= m["valid_accuracy"] <= 1.0 for m in metrics)
-    assert json.loads((directory / "config.json").read_text())["read"] == read
+    assert json.loads((directory / "config.json").read_text())["model"]["read"] == read
     assert json.loads((directory / "final.json").read_text())["valid_accuracy"] == metrics[-1]["valid_accuracy"]
 
 
@@ -34,11 +36,12 @@ def test_the_same_seed_repeats_the_run(tmp_path):
 ], ids=["odd-length", "frac-noise", "read", "schedule", "steps"])
 def test_invalid_runs_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
-        RecallConfig(**fields)
+        build_config("mlstm", "recall", fields)
 
 
 def test_schedules():
-    cosine, constant = RecallConfig(steps=10), RecallConfig(steps=10, schedule="constant")
+    cosine = TrainConfig(model="mlstm", task="recall", steps=10)
+    constant = TrainConfig(model="mlstm", task="recall", steps=10, schedule="constant")
     assert learning_rate_factor(cosine, 0) == 1.0 and learning_rate_factor(cosine, 10) == pytest.approx(0.0)
     assert learning_rate_factor(cosine, 5) == pytest.approx(0.5)
     assert {learning_rate_factor(constant, s) for s in range(10)} == {1.0}
@@ -50,6 +53,7 @@ def test_the_command_line_records_the_command_and_the_revision(tmp_path):
     argv = ["--vocab-size", "24", "--length", "16", "--steps", "2", "--batch", "2", "--valid-sequences", "2",
             "--eval-every", "1", "--embedding-dim", "8", "--run-dir", str(tmp_path / "run")]
     assert main(argv) == 0
-    assert (tmp_path / "run" / "command.txt").read_text().split()[1:3] == ["-m", "experiments.recall"]
+    assert (tmp_path / "run" / "command.txt").read_text().split()[1:7] == [
+        "-m", "experiments.train", "--model", "mlstm", "--task", "recall"]  # the preset's full command
     revision = (tmp_path / "run" / "git_revision.txt").read_text().strip()
     assert revision == "unknown" or len(revision) == 40

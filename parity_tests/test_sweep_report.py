@@ -28,12 +28,12 @@ def test_mean_ci_on_known_values():
 
 
 SWEEP = '''
-from experiments.sweep import SweepRun
+from experiments.sweep_run import SweepRun
 
-TINY = {"group": "SO", "n": 3, "embedding_dim": 4, "steps": 3, "batch": 2, "length": 8,
+TINY = {"dataset": "ptb_char", "group": "SO", "n": 3, "embedding_dim": 4, "steps": 3, "batch": 2, "length": 8,
         "eval_every": 3, "eval_tokens": 50, "checkpoint_every": 3}
-RUNS = [SweepRun(f"so3-seed{seed}", "group_rnn", "ptb_char", {**TINY, "seed": seed}) for seed in (0, 1)]
-RUNS.append(SweepRun("broken-seed0", "group_rnn", "ptb_char", {**TINY, "group": "Sp"}))
+RUNS = [SweepRun(f"so3-seed{seed}", "group_rnn", "lm", {**TINY, "seed": seed}) for seed in (0, 1)]
+RUNS.append(SweepRun("broken-seed0", "group_rnn", "lm", {**TINY, "group": "Sp"}))
 '''
 
 
@@ -62,36 +62,33 @@ def test_sweep_runs_skips_and_survives_a_failure_and_the_report_summarizes(tmp_p
 
 @pytest.mark.parametrize("name, vocab_size", [("charlm_ptb", 50), ("charlm_shakespeare", 65)])
 def test_the_study_sweeps_hold_matched_arms(name, vocab_size):
-    from pathlib import Path
-
-    from experiments.models import MODEL_CONFIGS
-    from experiments.train import split_overrides
     from experiments.params_budget import TOLERANCE, parameter_count
-    from experiments.sweep import load_runs
+    from experiments.sweeps import load_runs
     from experiments.sweeps.charlm import BUDGET, SEEDS
+    from experiments.train import build_config
 
-    runs = load_runs(Path(__file__).resolve().parents[1] / "experiments" / "sweeps" / f"{name}.py")
+    runs = load_runs(f"experiments.sweeps.{name}")
     assert len(runs) == 12 * len(SEEDS)
     for run in runs[::len(SEEDS)]:
-        argv = run.argv("unused")[4:-2]  # the --key value pairs the sweep passes to experiments.train
-        model_fields, _ = split_overrides(run.model, argv)  # parses, as the training CLI will
-        count = parameter_count(MODEL_CONFIGS[run.model](vocab_size=vocab_size, **model_fields))
+        config = build_config(run.model, run.task, run.options)  # the config the sweep trains
+        assert config.model.vocab_size == vocab_size
+        count = parameter_count(config.model)
         assert abs(count - BUDGET) <= TOLERANCE * BUDGET, run.name
 
 
 def test_the_paper_preset_sizes_every_arm_to_two_million_and_asks_for_cuda():
-    from experiments.models import MODEL_CONFIGS
     from experiments.params_budget import TOLERANCE, parameter_count
-    from experiments.sweep import load_sweep, resolve
-    from experiments.train import split_overrides
+    from experiments.sweeps import load_sweep
+    from experiments.train import build_config
 
-    sweep = load_sweep(resolve("paper"))
-    assert sweep["NEEDS_CUDA"] and len(sweep["RUNS"]) == 12 * 5 * 2
-    for run in sweep["RUNS"][::5]:
-        assert run.options["steps"] == 8000
-        model_fields, _ = split_overrides(run.model, run.argv("unused")[4:-2])
-        vocab_size = {"ptb_char": 50, "tinyshakespeare": 65}[run.dataset]
-        count = parameter_count(MODEL_CONFIGS[run.model](vocab_size=vocab_size, **model_fields))
+    sweep = load_sweep("paper")
+    assert sweep.needs_cuda and len(sweep.runs) == 12 * 5 * 2
+    for run in sweep.runs[::5]:
+        assert run.options["steps"] == 8000 and run.options["device"] == "auto"  # resolved when the run starts
+        config = build_config(run.model, run.task, run.options)
+        vocab_size = {"ptb_char": 50, "tinyshakespeare": 65}[run.options["dataset"]]
+        assert config.model.vocab_size == vocab_size
+        count = parameter_count(config.model)
         assert abs(count - 2_000_000) <= TOLERANCE * 2_000_000, run.name
 
 

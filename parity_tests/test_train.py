@@ -16,17 +16,22 @@ from parity_tests.tolerances import RESUME_RTOL
 ARGS = ["--model", "group_rnn", "--dataset", "ptb_char", "--group", "SO", "--n", "4", "--embedding-dim", "8",
         "--steps", "60", "--batch", "4", "--length", "16", "--eval-every", "5", "--checkpoint-every", "5",
         "--eval-tokens", "300", "--schedule", "cosine", "--warmup", "3", "--seed", "7"]
+RECALL_ARGS = ["--model", "mlstm", "--task", "recall", "--vocab-size", "24", "--length", "16", "--embedding-dim", "8",
+               "--steps", "60", "--batch", "4", "--eval-every", "5", "--checkpoint-every", "5", "--valid-sequences", "8",
+               "--weight-decay", "0.01", "--clip", "none", "--warmup", "3", "--seed", "7"]
 
 
 def metrics(directory):
     return [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
+@pytest.mark.parametrize("args, keys", [(ARGS, ("train_bits", "valid_bits")),
+                                        (RECALL_ARGS, ("train_loss", "valid_accuracy"))], ids=["lm", "recall"])
+def test_a_killed_run_resumes_to_the_same_metrics(tmp_path, args, keys):
     uninterrupted, killed = tmp_path / "uninterrupted", tmp_path / "killed"
-    assert train.main([*ARGS, "--run-dir", str(uninterrupted)]) == 0
+    assert train.main([*args, "--run-dir", str(uninterrupted)]) == 0
 
-    process = subprocess.Popen([sys.executable, "-m", "experiments.train", *ARGS, "--run-dir", str(killed)],
+    process = subprocess.Popen([sys.executable, "-m", "experiments.train", *args, "--run-dir", str(killed)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not (killed / "checkpoint.pt").exists():
@@ -42,7 +47,7 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path):
     ours, theirs = metrics(killed), metrics(uninterrupted)
     assert [m["step"] for m in ours] == [m["step"] for m in theirs]
     for got, expected in zip(ours, theirs):
-        for key in ("train_bits", "valid_bits"):
+        for key in keys:
             assert got[key] == pytest.approx(expected[key], rel=RESUME_RTOL), (got["step"], key)
         assert got["drift"] == pytest.approx(expected["drift"], abs=RESUME_RTOL)
     final_state = torch.load(killed / "checkpoint.pt", weights_only=False)
@@ -82,11 +87,11 @@ def test_bad_options_are_refused_before_training(tmp_path, pairs, message):
 
 
 def test_learning_rate_schedule():
-    config = train.TrainConfig(model="group_rnn", dataset="ptb_char", steps=10, warmup=2, schedule="cosine")
+    config = train.TrainConfig(model="group_rnn", steps=10, warmup=2, schedule="cosine")
     factors = [train.learning_rate_factor(config, step) for step in range(10)]
     assert factors[:2] == [0.5, 1.0] and factors[2] == 1.0 and factors[-1] < 0.05
     assert all(a >= b for a, b in zip(factors[1:], factors[2:]))
-    constant = train.TrainConfig(model="group_rnn", dataset="ptb_char", steps=10, schedule="constant")
+    constant = train.TrainConfig(model="group_rnn", steps=10, schedule="constant")
     assert {train.learning_rate_factor(constant, step) for step in range(10)} == {1.0}
 
 
@@ -98,9 +103,66 @@ def test_a_preset_run_trains_with_overrides(tmp_path):
     assert main(["--preset", "charlm-ptb/lstm-seed1", "--steps", "2", "--warmup", "1", "--batch", "2", "--length", "8",
                  "--eval-every", "2", "--eval-tokens", "40", "--checkpoint-every", "2", "--run-dir", str(run_dir)]) == 0
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["train"]["model"] == "lstm" and config["train"]["dataset"] == "ptb_char"
+    assert config["train"]["model"] == "lstm" and config["task"]["dataset"] == "ptb_char"
     assert config["train"]["seed"] == 1 and config["train"]["steps"] == 2 and config["train"]["lr"] == 1e-3
     with pytest.raises(ValueError, match="no run 'lstm-seed9'"):
         main(["--preset", "charlm-ptb/lstm-seed9"])
-    with pytest.raises(ValueError, match="recall run"):
-        main(["--preset", "nar-cpu/V48-L64-lr0.01-ns-cosine-seed0"])
+    recall_dir = tmp_path / "recall"  # a recall run of a preset is an ordinary training run
+    assert main(["--preset", "nar-cpu/V48-L64-lr0.01-ns-cosine-seed0", "--steps", "2", "--batch", "2", "--length", "8",
+                 "--valid-sequences", "2", "--eval-every", "2", "--run-dir", str(recall_dir)]) == 0
+    config = json.loads((recall_dir / "config.json").read_text())
+    assert config["train"]["task"] == "recall" and config["model"]["read"] == "ns" and config["train"]["clip"] is None
+    assert config["train"]["weight_decay"] == 0.01 and config["task"]["vocab_size"] == 48
+
+
+class RunsCodeWhenUnpickled:
+    """An object whose unpickling would create ``path``: what a hostile checkpoint could carry."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_checkpoint_holding_a_pickled_object_is_refused(tmp_path):
+    directory = tmp_path / "run"
+    assert train.main([*ARGS[:-10], "--steps", "2", "--eval-every", "2", "--checkpoint-every", "2",
+                       "--eval-tokens", "100", "--run-dir", str(directory)]) == 0
+    state = torch.load(directory / "checkpoint.pt", weights_only=True)  # the run's own checkpoint: plain data
+    assert isinstance(state["numpy_rng"], str) and isinstance(state["torch_rng"], torch.Tensor)
+    marker = tmp_path / "code-ran"
+    state["numpy_rng"] = RunsCodeWhenUnpickled(marker)
+    torch.save(state, directory / "checkpoint.pt")
+    with pytest.raises(ValueError, match="refusing to load .*pickled object"):
+        train.main(["--resume", str(directory)])
+    assert not marker.exists()
+
+
+def test_progress_is_one_plain_line_per_evaluation_off_a_terminal(tmp_path, capsys):
+    assert train.main([*ARGS[:-10], "--steps", "6", "--eval-every", "3", "--checkpoint-every", "6",
+                       "--eval-tokens", "100", "--run-dir", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("run step 3/6 train_bits ") and "valid_bits" in lines[1]
+    assert "tokens/s" in lines[0]
+
+
+def test_device_auto_is_resolved_when_the_run_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    config = train.build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 4, "steps": 1, "batch": 1,
+                                               "length": 4, "eval_tokens": 8, "device": "auto"})
+    assert config.train.device == "auto"
+    train.run(config, tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["device"] == "cpu"
+    assert train.resolve_device("auto") == "cpu" and train.resolve_device("cuda:1") == "cuda:1"
+
+
+def test_option_names_are_unambiguous_across_every_model_and_task():
+    from experiments.models import MODEL_CONFIGS
+    from experiments.tasks import task_classes
+
+    for model in MODEL_CONFIGS:
+        for task in task_classes():
+            train.parse_options(model, task, [])  # raises if a field name is in two configs

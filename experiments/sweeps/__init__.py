@@ -1,1 +1,67 @@
-"""Sweep files (``python -m experiments.sweep experiments/sweeps/NAME.py``) and their shared parts."""
+"""Sweep presets and sweep loading. A sweep is a module that defines ``RUNS``, a list of
+``experiments.sweep_run.SweepRun`` with unique names, and optionally ``NEEDS_CUDA = "why"``.
+
+A sweep is named by a preset (``PRESETS``: a module of this package), a dotted module name, or the
+path of a Python file (imported as a module of its own).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import NamedTuple
+
+from experiments.sweep_run import SweepRun
+
+PRESETS = {"charlm-ptb": "charlm_ptb", "charlm-shakespeare": "charlm_shakespeare", "paper": "charlm_paper",
+           "nar-cpu": "nar_cpu", "nar-cpu-ns-steps": "nar_cpu_ns_steps", "nar-paper": "nar_paper"}
+
+
+class Sweep(NamedTuple):
+    """A loaded sweep: ``name`` (its file stem), ``source`` (what named it), ``runs``, ``needs_cuda`` ('' if not)."""
+
+    name: str
+    source: str
+    runs: list
+    needs_cuda: str
+
+
+def _import(sweep):
+    if sweep in PRESETS:
+        return importlib.import_module(f"{__name__}.{PRESETS[sweep]}")
+    path = Path(sweep)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise FileNotFoundError(f"no sweep file {sweep}; presets: {sorted(PRESETS)}")
+        spec = importlib.util.spec_from_file_location(f"sweep_file_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    try:
+        return importlib.import_module(sweep)
+    except ModuleNotFoundError as error:
+        if error.name is not None and not sweep.startswith(error.name):
+            raise  # the sweep module exists but imports something missing
+        raise FileNotFoundError(f"no sweep {sweep!r}: not a .py file, a module or one of the presets "
+                                f"{sorted(PRESETS)}") from None
+
+
+def load_sweep(sweep):
+    """The Sweep named by ``sweep`` (preset, module or file), its ``RUNS`` validated."""
+    sweep = str(sweep)
+    module = _import(sweep)
+    runs = getattr(module, "RUNS", None)
+    if not isinstance(runs, list) or not all(isinstance(run, SweepRun) for run in runs):
+        raise ValueError(f"{sweep} must define RUNS, a list of experiments.sweep_run.SweepRun")
+    names = [run.name for run in runs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"{sweep}: run names must be unique; repeated: {duplicates}")
+    name = Path(module.__file__).stem
+    return Sweep(name, sweep, runs, getattr(module, "NEEDS_CUDA", ""))
+
+
+def load_runs(sweep):
+    """The validated ``RUNS`` of a sweep."""
+    return load_sweep(sweep).runs

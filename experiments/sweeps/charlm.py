@@ -18,7 +18,7 @@ import dataclasses
 
 from experiments.baselines import GPTConfig, LSTMConfig
 from experiments.params_budget import size_to_budget
-from experiments.sweep import SweepRun
+from experiments.sweep_run import SweepRun
 from reference.config import GroupRNNConfig, GroupTransformerConfig
 
 BUDGET = 500_000
@@ -50,5 +50,6 @@ def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS):
     for name, (model, config) in arms(vocab_size, budget, training["length"]).items():
         fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "vocab_size" and v is not None}
         for seed in seeds:
-            result.append(SweepRun(f"{name}-seed{seed}", model, dataset, {**fields, **training, "seed": seed}))
+            result.append(SweepRun(f"{name}-seed{seed}", model, "lm",
+                                   {**fields, "dataset": dataset, **training, "seed": seed}))
     return result

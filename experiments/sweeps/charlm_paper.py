@@ -9,15 +9,14 @@ seconds, so the sweep would take weeks.
     python -m experiments.sweep paper --workers 1
 """
 
-import torch
+import dataclasses
 
 from experiments.sweeps.charlm import runs
 
 NEEDS_CUDA = "The paper preset is 12 arms × 5 seeds × 2 datasets × 8,000 steps at 2M parameters: weeks on a CPU."
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TRAINING = {"steps": 8000, "batch": 64, "length": 256, "lr": 1e-3, "schedule": "cosine", "warmup": 200,
-            "eval_every": 500, "eval_tokens": 200_000, "checkpoint_every": 500, "device": DEVICE}
+            "eval_every": 500, "eval_tokens": 200_000, "checkpoint_every": 500, "device": "auto"}
 SEEDS = (0, 1, 2, 3, 4)
 RUNS = [run for dataset, vocab in (("ptb_char", 50), ("tinyshakespeare", 65))
         for run in runs(dataset, vocab, budget=2_000_000, training=TRAINING, seeds=SEEDS)]
-RUNS = [type(run)(f"{run.dataset}-{run.name}", run.model, run.dataset, run.options) for run in RUNS]
+RUNS = [dataclasses.replace(run, name=f"{run.options['dataset']}-{run.name}") for run in RUNS]

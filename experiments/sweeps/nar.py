@@ -1,4 +1,4 @@
-"""Noisy-recall sweeps of the mLSTM (experiments.recall), shared by the ``nar-cpu`` and ``nar-paper`` presets.
+"""Noisy-recall sweeps of the mLSTM (the ``experiments.recall`` recipe), shared by the ``nar-cpu`` and ``nar-paper`` presets.
 
 A run's name encodes its cell: ``V{vocab}-L{length}-lr{lr}-{read}-{schedule}-seed{k}``; the
 report pairs runs that differ only in the read (or only in the schedule) by seed.
@@ -6,7 +6,8 @@ report pairs runs that differ only in the read (or only in the schedule) by seed
 
 from __future__ import annotations
 
-from experiments.sweep import SweepRun
+from experiments.recall import DEFAULTS
+from experiments.sweep_run import SweepRun
 from reference.config import MLSTMConfig
 
 DEFAULT_NS_STEPS = MLSTMConfig.ns_steps  # the plain label ``ns`` means this many steps
@@ -14,7 +15,7 @@ DEFAULT_NS_STEPS = MLSTMConfig.ns_steps  # the plain label ``ns`` means this man
 
 def runs(settings, lrs, seeds, reads=("plain", "ns"), schedules=("cosine",), ns_steps=DEFAULT_NS_STEPS,
          **options):
-    """Every (setting, lr, read, schedule, seed) as a recall SweepRun; ``options``: RecallConfig fields.
+    """Every (setting, lr, read, schedule, seed) as a recall SweepRun; ``options``: more config fields.
 
     The NS read with ``ns_steps`` other than the model default (5) is labelled ``ns<k>`` in the run
     names (``ns`` is the default).
@@ -29,7 +30,7 @@ def runs(settings, lrs, seeds, reads=("plain", "ns"), schedules=("cosine",), ns_
                     for seed in seeds:
                         name = f"V{vocab}-L{length}-lr{lr:g}-{label.get(read, read)}-{schedule}-seed{seed}"
                         steps = {"ns_steps": ns_steps} if read == "ns" and not default else {}
-                        result.append(SweepRun(name, "mlstm", "nar", {
-                            "vocab_size": vocab, "length": length, "lr": lr, "read": read, "schedule": schedule,
-                            "seed": seed, **steps, **options}, program="recall"))
+                        result.append(SweepRun(name, "mlstm", "recall", {
+                            **DEFAULTS, "vocab_size": vocab, "length": length, "lr": lr, "read": read,
+                            "schedule": schedule, "seed": seed, **steps, **options}))
     return result

@@ -10,12 +10,10 @@ single NS run takes most of a day: the sweep refuses to start there without ``--
     python -m experiments.sweep nar-paper --workers 1
 """
 
-import torch
-
 from experiments.sweeps.nar import runs
 
 NEEDS_CUDA = ("nar-paper is 1,920 runs of 2,000 steps at batch 64; on this CPU one NS step at batch 64, "
               "length 512 takes tens of seconds (about a day per NS run).")
 SETTINGS = ((80, 512), (80, 768), (80, 1024), (96, 768), (96, 1024))
 RUNS = runs(SETTINGS, lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=range(24), schedules=("cosine", "constant"),
-            steps=2000, batch=64, device="cuda" if torch.cuda.is_available() else "cpu")
+            steps=2000, batch=64, device="auto")

@@ -1,0 +1,62 @@
+"""The task interface of ``experiments.train``: what a task is, as one base class.
+
+A task is a frozen config dataclass (``Task.Config``) and a class built from it and the run's seed.
+The training loop asks it for three things:
+
+* ``train_batch(generator, batch, step)``: the next training batch, ``(inputs, targets)``, two
+  ``[B, T]`` int64 tensors; a target of ``IGNORE_INDEX`` is not scored. ``generator`` is the run's
+  ``numpy.random.Generator`` (its state is checkpointed, so the stream resumes exactly); ``step``
+  (0-based) lets a task change with training, for example a length curriculum.
+* ``evaluate(model, split)``: a dict of named floats for ``split`` (``"valid"`` at every
+  evaluation, written to ``metrics.jsonl``; ``"test"`` once at the end, written to
+  ``final.json``). Evaluation data is fixed by the seed given at construction and drawn
+  independently of the training stream.
+* ``train_metrics(loss)``: how the training loss (mean nats per scored position) is recorded.
+
+``vocab_size`` is the size of the token space the model reads and predicts (inputs and targets).
+A new task is one file in ``experiments/tasks/`` that defines ``TASKS = {name: TaskClass}``: the
+registry (``experiments.tasks.task_classes``) finds it there.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from manifold_impl.losses import IGNORE_INDEX
+
+__all__ = ["IGNORE_INDEX", "Task", "model_device"]
+
+
+class Task(abc.ABC):
+    """Base class of the training tasks (see the module docstring for the contract)."""
+
+    Config: type = None  # a frozen dataclass that validates itself in __post_init__
+
+    def __init__(self, config, seed):
+        if not isinstance(config, self.Config):
+            raise TypeError(f"{type(self).__name__} takes a {self.Config.__name__}, got {type(config).__name__}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        self.config, self.seed = config, seed
+
+    @property
+    @abc.abstractmethod
+    def vocab_size(self):
+        """Tokens the model reads and predicts."""
+
+    @abc.abstractmethod
+    def train_batch(self, generator, batch, step):
+        """``(inputs, targets)``: ``[batch, T]`` int64 tensors, ``IGNORE_INDEX`` where not scored."""
+
+    @abc.abstractmethod
+    def evaluate(self, model, split):
+        """``{metric name: float}`` of ``model`` on ``split`` (``"valid"`` or ``"test"``)."""
+
+    def train_metrics(self, loss):
+        """``{"train_loss": loss}`` (nats); a task may report it in other units."""
+        return {"train_loss": loss}
+
+
+def model_device(model):
+    """The device of a model's parameters (where evaluation batches go)."""
+    return next(model.parameters()).device
