@@ -3,9 +3,10 @@
     python -m experiments.recall --vocab-size 80 --length 512 --read ns --steps 2000 --lr 1e-3 --seed 0 --run-dir R
 
 is ``python -m experiments.train --model mlstm --task recall`` with the post's optimization as
-defaults (``DEFAULTS``: 2,000 steps of batch 64, AdamW with weight decay 0.01, no gradient
-clipping, no warm-up, cosine decay, validation every 100 steps); every later ``--key value``
-overrides them, and the run is an ordinary ``experiments.train`` run (resumable, same files).
+defaults (``experiments.tasks.recall.RECIPE``: 2,000 steps of batch 64, AdamW with weight decay
+0.01, no gradient clipping, no warm-up, cosine decay, validation every 100 steps); every later
+``--key value`` overrides them, and the run is an ordinary ``experiments.train`` run (resumable,
+same files).
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ import sys
 
 from experiments import train
 from experiments.sweep_run import option_argv
-
-DEFAULTS = {"steps": 2000, "batch": 64, "lr": 1e-3, "schedule": "cosine", "weight_decay": 0.01, "clip": None,
-            "eval_every": 100}
+from experiments.tasks.recall import RECIPE
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    return train.main(["--model", "mlstm", "--task", "recall", *option_argv(DEFAULTS), *argv])
+    return train.main(["--model", "mlstm", "--task", "recall", *option_argv(RECIPE), *argv])
 
 
 if __name__ == "__main__":

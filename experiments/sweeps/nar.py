@@ -6,8 +6,8 @@ report pairs runs that differ only in the read (or only in the schedule) by seed
 
 from __future__ import annotations
 
-from experiments.recall import DEFAULTS
 from experiments.sweep_run import SweepRun
+from experiments.tasks.recall import RECIPE
 from reference.config import MLSTMConfig
 
 DEFAULT_NS_STEPS = MLSTMConfig.ns_steps  # the plain label ``ns`` means this many steps
@@ -31,6 +31,6 @@ def runs(settings, lrs, seeds, reads=("plain", "ns"), schedules=("cosine",), ns_
                         name = f"V{vocab}-L{length}-lr{lr:g}-{label.get(read, read)}-{schedule}-seed{seed}"
                         steps = {"ns_steps": ns_steps} if read == "ns" and not default else {}
                         result.append(SweepRun(name, "mlstm", "recall", {
-                            **DEFAULTS, "vocab_size": vocab, "length": length, "lr": lr, "read": read,
+                            **RECIPE, "vocab_size": vocab, "length": length, "lr": lr, "read": read,
                             "schedule": schedule, "seed": seed, **steps, **options}))
     return result

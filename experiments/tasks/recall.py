@@ -20,6 +20,10 @@ from experiments.tasks.nar import NoisyRecallConfig, NoisyRecallTask, accuracy
 VALIDATION_SEED_OFFSET = 1_000_003
 TEST_SEED_OFFSET = 2_000_003
 EVAL_BATCH = 64  # sequences per forward pass in evaluation (the result does not depend on it)
+# The post's optimization (SPEC §6), as experiments.train options: AdamW with weight decay, no
+# clipping, no warm-up, cosine decay; the defaults of ``python -m experiments.recall`` and the nar sweeps.
+RECIPE = {"steps": 2000, "batch": 64, "lr": 1e-3, "schedule": "cosine", "weight_decay": 0.01, "clip": None,
+          "eval_every": 100}
 
 
 @dataclass(frozen=True)
