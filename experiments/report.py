@@ -6,7 +6,9 @@ the seed form an arm (labelled by a run's name without its ``-seed<k>`` suffix),
 gives per arm the runs, parameters, final test bits per token as mean ± 95% t-interval over seeds,
 tokens/s and training wall time, next to ``report_curves.png`` / ``report_drift.png`` (validation
 bits and state drift against the step, mean over seeds). Noisy recall (``recall``) gets its own
-statistics: see ``experiments/recall_report.py``.
+statistics: see ``experiments/recall_report.py``. Any other task gets ``metrics_report``: per arm,
+each numeric value of ``final.json`` as mean ± 95% CI over seeds, and a plot of each validation
+metric of ``metrics.jsonl`` (``report_<key>.png``).
 """
 
 from __future__ import annotations
@@ -107,10 +109,7 @@ def plot(arms, key, ylabel, path, log=False):
 def report(directory):
     """Write the report of the runs' task into ``directory``; returns the Markdown."""
     directory = Path(directory)
-    task = task_of(finished_runs(directory))
-    if task not in REPORTS:
-        raise ValueError(f"no report for task {task!r}; reports exist for {sorted(REPORTS)}")
-    return REPORTS[task](directory)
+    return REPORTS.get(task_of(finished_runs(directory)), metrics_report)(directory)
 
 
 def lm_report(directory):
@@ -123,7 +122,29 @@ def lm_report(directory):
     return markdown
 
 
-REPORTS = {"lm": lm_report, "recall": recall_report.report}
+def metrics_table(arms):
+    """Per arm, every numeric ``final.json`` value shared by its runs as mean ± 95% CI over seeds."""
+    keys = [k for k, v in next(iter(arms.values()))[0]["final"].items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "steps"]
+    lines = ["| arm | runs | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+    for arm, runs in arms.items():
+        cells = [format_interval([float(r["final"].get(k, np.nan)) for r in runs]) for k in keys]
+        lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def metrics_report(directory):
+    """The report of a task without its own: ``metrics_table`` and one plot per validation metric."""
+    arms = load_runs(directory)
+    markdown = f"# Report: {directory.name}\n\n" + metrics_table(arms)
+    (directory / "report.md").write_text(markdown)
+    first = next(iter(arms.values()))[0]["metrics"]
+    for key in sorted({k for record in first for k in record if k.startswith("valid_")}):
+        plot(arms, key, f"{key} (mean over seeds)", directory / f"report_{key}.png")
+    return markdown
+
+
+REPORTS = {"lm": lm_report, "recall": recall_report.report}  # other tasks: metrics_report
 
 
 def main(argv=None):

@@ -111,3 +111,19 @@ def test_the_ray_executor_runs_the_same_sweep_on_a_local_ray(tmp_path):
     assert "unknown group 'Sp'" in (out / "broken-seed0" / "error.txt").read_text()
     with pytest.raises(ValueError, match="unknown executor"):
         run_sweep(sweep, out, executor="dask")
+
+
+def test_a_task_without_its_own_report_gets_every_final_metric_over_seeds(tmp_path):
+    for seed, accuracy in ((0, 0.5), (1, 0.7)):
+        run = tmp_path / f"words-S5-seed{seed}"
+        run.mkdir()
+        run.joinpath("config.json").write_text(json.dumps(
+            {"train": {"model": "lstm", "task": "words", "seed": seed}, "task": {"group": "S5"}, "model": {}}))
+        run.joinpath("final.json").write_text(json.dumps({"steps": 4, "test_accuracy@128": accuracy,
+                                                          "parameters": 100, "test_split": "test"}))
+        run.joinpath("metrics.jsonl").write_text(json.dumps({"step": 4, "valid_accuracy@64": accuracy}) + "\n")
+    markdown = report(tmp_path)
+    half = scipy.stats.t.ppf(0.975, 1) * math.sqrt(0.02) / math.sqrt(2)  # sample sd of (0.5, 0.7): √0.02
+    assert "| arm | runs | test_accuracy@128 | parameters |" in markdown
+    assert f"| words-S5 | 2 | 0.6000 ± {half:.4f} | 100.0000 ± 0.0000 |" in markdown
+    assert (tmp_path / "report_valid_accuracy@64.png").stat().st_size > 0
