@@ -76,3 +76,14 @@ def test_every_model_trains_on_every_task(tmp_path, model, task):
     assert [m["step"] for m in metrics] == [2] and final["steps"] == 2
     assert all(np.isfinite(v) for k, v in final.items() if isinstance(v, float))
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["task"] == task
+
+
+def test_split_generators_are_fixed_and_distinct():
+    from experiments.tasks.base import split_generator
+
+    draws = {split: split_generator(5, split).integers(0, 2**62, size=4).tolist() for split in ("valid", "test")}
+    assert draws["valid"] != draws["test"]
+    assert draws["valid"] != np.random.default_rng(5).integers(0, 2**62, size=4).tolist()  # not the training stream
+    assert draws["valid"] == np.random.default_rng(5 + 1_000_003).integers(0, 2**62, size=4).tolist()
+    with pytest.raises(ValueError, match="split"):
+        split_generator(5, "train")

@@ -4,27 +4,37 @@ A task is a frozen config dataclass (``Task.Config``) and a class built from it 
 The training loop asks it for three things:
 
 * ``train_batch(generator, batch, step)``: the next training batch, ``(inputs, targets)``, two
-  ``[B, T]`` int64 tensors; a target of ``IGNORE_INDEX`` is not scored. ``generator`` is the run's
-  ``numpy.random.Generator`` (its state is checkpointed, so the stream resumes exactly); ``step``
-  (0-based) lets a task change with training, for example a length curriculum.
-* ``evaluate(model, split)``: a dict of named floats for ``split`` (``"valid"`` at every
+  ``[B, T]`` int64 tensors; a target of ``IGNORE_INDEX`` is not scored (a label at every position,
+  or only at some). ``generator`` is the run's ``numpy.random.Generator`` (its state is
+  checkpointed, so the stream resumes exactly); ``step`` (0-based) lets a task change with
+  training, for example a length curriculum, and ``T`` may change from batch to batch.
+* ``evaluate(model, split)``: a dict of named values for ``split`` (``"valid"`` at every
   evaluation, written to ``metrics.jsonl``; ``"test"`` once at the end, written to
-  ``final.json``). Evaluation data is fixed by the seed given at construction and drawn
-  independently of the training stream.
+  ``final.json``), for example one accuracy per test length (``valid_accuracy@256``) or a
+  baseline next to a loss. Evaluation data are fixed by the seed given at construction and drawn
+  from ``split_generator(seed, split)``, independent of the training stream (``seed``). The loop
+  calls it in evaluation mode without gradients; models are called as ``logits, _ = model(tokens)``.
 * ``train_metrics(loss)``: how the training loss (mean nats per scored position) is recorded.
 
-``vocab_size`` is the size of the token space the model reads and predicts (inputs and targets).
-A new task is one file in ``experiments/tasks/`` that defines ``TASKS = {name: TaskClass}``: the
-registry (``experiments.tasks.task_classes``) finds it there.
+``vocab_size`` is the size of the token space the model reads and predicts (inputs and targets),
+so the loop sizes the model's embedding and readout to it. A new task is one file in
+``experiments/tasks/`` that defines ``TASKS = {name: TaskClass}``: the registry
+(``experiments.tasks.task_classes``) finds it there, ``python -m experiments.train --task name``
+trains any model on it, and ``experiments.report`` reports it (``metrics_report``) unless it has a
+report of its own.
 """
 
 from __future__ import annotations
 
 import abc
 
+import numpy as np
+
 from manifold_impl.losses import IGNORE_INDEX
 
-__all__ = ["IGNORE_INDEX", "Task", "model_device"]
+__all__ = ["IGNORE_INDEX", "SPLIT_SEED_OFFSETS", "Task", "model_device", "split_generator"]
+
+SPLIT_SEED_OFFSETS = {"valid": 1_000_003, "test": 2_000_003}  # evaluation streams: seed + offset
 
 
 class Task(abc.ABC):
@@ -60,3 +70,10 @@ class Task(abc.ABC):
 def model_device(model):
     """The device of a model's parameters (where evaluation batches go)."""
     return next(model.parameters()).device
+
+
+def split_generator(seed, split):
+    """The generator of ``split``'s evaluation data: seeded ``seed + SPLIT_SEED_OFFSETS[split]``."""
+    if split not in SPLIT_SEED_OFFSETS:
+        raise ValueError(f"split must be one of {sorted(SPLIT_SEED_OFFSETS)}, got {split!r}")
+    return np.random.default_rng(seed + SPLIT_SEED_OFFSETS[split])

@@ -3,22 +3,18 @@
 Training: a fresh batch every step from the run's stream, next-token targets on every position.
 Evaluation: accuracy on the scored positions (repeated keys and the probe; see
 ``experiments/tasks/nar.py``) of a fixed set of ``valid_sequences`` sequences per split, each split
-drawn from its own stream (``seed + VALIDATION_SEED_OFFSET``, ``seed + TEST_SEED_OFFSET``),
-independent of the training stream (``seed``).
+drawn from its own stream (``split_generator``), independent of the training stream (``seed``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from experiments.tasks.base import Task, model_device
+from experiments.tasks.base import SPLIT_SEED_OFFSETS, Task, model_device, split_generator
 from experiments.tasks.nar import NoisyRecallConfig, NoisyRecallTask, accuracy
 
-VALIDATION_SEED_OFFSET = 1_000_003
-TEST_SEED_OFFSET = 2_000_003
 EVAL_BATCH = 64  # sequences per forward pass in evaluation (the result does not depend on it)
 # The post's optimization (SPEC §6), as experiments.train options: AdamW with weight decay, no
 # clipping, no warm-up, cosine decay; the defaults of ``python -m experiments.recall`` and the nar sweeps.
@@ -49,8 +45,8 @@ class Recall(Task):
         self.generator = NoisyRecallTask(config)
         self.evaluation_sets = {
             split: tuple(torch.from_numpy(a) for a in self.generator.sample_batch(
-                np.random.default_rng(seed + offset), config.valid_sequences, evaluation=True))
-            for split, offset in (("valid", VALIDATION_SEED_OFFSET), ("test", TEST_SEED_OFFSET))}
+                split_generator(seed, split), config.valid_sequences, evaluation=True))
+            for split in SPLIT_SEED_OFFSETS}
 
     @property
     def vocab_size(self):
