@@ -406,6 +406,7 @@ def run(config, directory, argv=None):
             raise ValueError(f"{directory} holds a checkpoint of a different run (see its config.json)")
         training.load_checkpoint()
     else:
+        (directory / "metrics.jsonl").unlink(missing_ok=True)  # from an attempt that died before its first checkpoint
         training.save_config(command_line(config, directory) if argv is None else argv)
     return training.finish(training.fit())
 

@@ -166,3 +166,17 @@ def test_option_names_are_unambiguous_across_every_model_and_task():
     for model in MODEL_CONFIGS:
         for task in task_classes():
             train.parse_options(model, task, [])  # raises if a field name is in two configs
+
+
+def test_a_run_without_a_checkpoint_starts_over_without_stale_metrics(tmp_path):
+    directory = tmp_path / "run"
+    directory.mkdir()
+    (directory / "metrics.jsonl").write_text(json.dumps({"step": 2, "train_bits": 9.0}) + "\n")  # a died attempt
+    config = train.build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 4, "steps": 2, "batch": 1,
+                                               "length": 4, "eval_tokens": 8, "eval_every": 2})
+    train.run(config, directory)
+    assert [m["train_bits"] != 9.0 for m in metrics(directory)] == [True]
+    other = train.build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 5, "steps": 2, "batch": 1,
+                                              "length": 4, "eval_tokens": 8})
+    with pytest.raises(ValueError, match="checkpoint of a different run"):
+        train.run(other, directory)
