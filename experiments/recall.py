@@ -1,4 +1,4 @@
-"""The noisy-recall recipe (SPEC §6) as a preset of ``experiments.train``: ``python -m experiments.recall --key value ...``.
+"""The noisy-recall recipe (SPEC §6) as a preset of the training loop: ``python -m experiments.recall ...``.
 
     python -m experiments.recall --vocab-size 80 --length 512 --read ns --steps 2000 --lr 1e-3 --seed 0 --run-dir R
 

@@ -1,9 +1,9 @@
 """Statistics of a noisy-recall sweep (task ``recall``); used by experiments.report.
 
 Each run's cell is read from its ``config.json``: setting ``V<vocab>-L<length>``, learning rate,
-read (``ns<k>`` for k Newton–Schulz steps other than the model's default) and schedule. Per cell: final validation accuracy as mean ± 95%
-t-interval over seeds, the seeds above ``SUCCESS``, and every seed's final (outcomes are bimodal,
-so the mean alone hides the shape). Seed-paired differences: each NS read − plain at equal setting, lr
+read (``ns<k>`` for k Newton–Schulz steps other than the model's default) and schedule. Per cell:
+final validation accuracy as mean ± 95% t-interval over seeds, the seeds above ``SUCCESS``, and
+every seed's final (outcomes are bimodal, so the mean alone hides the shape). Seed-paired differences: each NS read − plain at equal setting, lr
 and schedule; cosine − constant at equal setting, lr and read. Curves: accuracy against the step, one
 panel per (setting, lr), each seed a thin line and the mean a thick one.
 """

@@ -114,7 +114,8 @@ class RunConfig:
     @classmethod
     def from_json(cls, record):
         train = TrainConfig(**record["train"])
-        return cls(train, task_class(train.task).Config(**record["task"]), MODEL_CONFIGS[train.model](**record["model"]))
+        task, model = task_class(train.task).Config(**record["task"]), MODEL_CONFIGS[train.model](**record["model"])
+        return cls(train, task, model)
 
 
 def _fields(config_class, excluded=()):
@@ -173,17 +174,17 @@ def _parse(text, kind):
 
 
 def parse_options(model, task, pairs):
-    """``['--n', '16', '--lr', '1e-3']`` -> ``{"n": 16, "lr": 0.001}``, typed by the configs' fields."""
+    """``['--n', '16', '--lr', '1e-3']`` -> ``{"n": 16, "lr": 0.001}``, typed by the configs' fields
+    (an unknown key is kept as text, for ``build_config`` to refuse)."""
     if len(pairs) % 2:
         raise ValueError(f"expected --key value pairs, got {pairs}")
     owners = _option_fields(model, task)
     options = {}
     for key, text in zip(pairs[::2], pairs[1::2]):
-        name = key[2:].replace("-", "_") if key.startswith("--") else None
-        if name not in owners:
-            raise ValueError(f"unknown option {key!r}: not a field of TrainConfig, of the {task} task's config or "
-                             f"of the {model} config ({sorted(owners)})")
-        options[name] = _parse(text, owners[name][1])
+        if not key.startswith("--"):
+            raise ValueError(f"expected --key value pairs, got {key!r} where a --key belongs")
+        name = key[2:].replace("-", "_")
+        options[name] = _parse(text, owners[name][1]) if name in owners else text  # build_config refuses it
     return options
 
 
@@ -461,7 +462,7 @@ def main(argv=None):
         directory = args.run_dir or Path("runs") / f"{args.model}-{args.task}-seed{config.train.seed}"
         if (directory / "checkpoint.pt").exists():
             raise ValueError(f"{directory} already holds a run; continue it with --resume {directory}")
-    print(json.dumps(run(config, directory, None if args.resume else argv)))
+    print(json.dumps(run(config, directory, None if args.resume is not None else argv)))
     return 0
 
 

@@ -16,8 +16,8 @@ from parity_tests.tolerances import RESUME_RTOL
 ARGS = ["--model", "group_rnn", "--dataset", "ptb_char", "--group", "SO", "--n", "4", "--embedding-dim", "8",
         "--steps", "60", "--batch", "4", "--length", "16", "--eval-every", "5", "--checkpoint-every", "5",
         "--eval-tokens", "300", "--schedule", "cosine", "--warmup", "3", "--seed", "7"]
-RECALL_ARGS = ["--model", "mlstm", "--task", "recall", "--vocab-size", "24", "--length", "16", "--embedding-dim", "8",
-               "--steps", "60", "--batch", "4", "--eval-every", "5", "--checkpoint-every", "5", "--valid-sequences", "8",
+RECALL_ARGS = ["--model", "mlstm", "--task", "recall", "--vocab-size", "24", "--length", "16",
+               "--embedding-dim", "8", "--steps", "60", "--batch", "4", "--eval-every", "5", "--checkpoint-every", "5", "--valid-sequences", "8",
                "--weight-decay", "0.01", "--clip", "none", "--warmup", "3", "--seed", "7"]
 
 

@@ -1,4 +1,4 @@
-"""Noisy-recall sweeps of the mLSTM (the ``experiments.recall`` recipe), shared by the ``nar-cpu`` and ``nar-paper`` presets.
+"""Noisy-recall sweeps of the mLSTM (the recall recipe), shared by the ``nar-cpu`` and ``nar-paper`` presets.
 
 A run's name encodes its cell: ``V{vocab}-L{length}-lr{lr}-{read}-{schedule}-seed{k}``; the
 report pairs runs that differ only in the read (or only in the schedule) by seed.
