@@ -108,8 +108,7 @@ def plot(arms, key, ylabel, path, log=False):
 
 def report(directory):
     """Write the report of the runs' task into ``directory``; returns the Markdown."""
-    directory = Path(directory)
-    return REPORTS.get(task_of(finished_runs(directory)), metrics_report)(directory)
+    return REPORTS.get(task_of(finished_runs(directory)), metrics_report)(Path(directory))
 
 
 def lm_report(directory):
