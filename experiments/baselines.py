@@ -2,8 +2,9 @@
 Transformer language model.
 
 Both share the group models' interface, so training and evaluation code treats them alike:
-``model(tokens)`` with ``tokens: [B, T]`` int ids returns ``(logits [B, T, V], None)`` (the group
-models return ``(logits, states)``); bad token ids raise through
+``model(tokens, cache=None)`` with ``tokens: [B, T]`` int ids returns ``(logits [B, T, V], cache)``,
+the cache (``LSTMCache``, ``GPTCache``) holding what a next call needs to continue the sequence and
+the global index of the next token; bad token ids raise through
 ``manifold_impl.validation.check_tokens`` before any work; ``device``, ``dtype`` and a seeded
 ``generator`` for the initialization are constructor arguments, as for
 ``manifold_impl.group_rnn.GroupRNN``. Initial values are drawn on the generator's device and
@@ -23,7 +24,8 @@ Decisions:
   ``num_layers`` pre-norm blocks x + attn(LN(x)), x + MLP(LN(x)) → final LayerNorm → linear head
   with bias (untied from the embedding, like the group models' readouts). Attention: one fused
   q/k/v map with bias, ``num_heads`` heads of width ``width / num_heads``,
-  ``scaled_dot_product_attention(is_causal=True)``, output projection with bias. MLP: Linear →
+  ``scaled_dot_product_attention(is_causal=True)`` (with cached keys and values: a mask that lets
+  query i see keys j ≤ P + i), output projection with bias. MLP: Linear →
   GELU (exact) → Linear, hidden width ``mlp_width`` (default 4·width). Init as GPT-2: weights and
   embeddings N(0, 0.02), the two residual output projections N(0, 0.02/√(2·num_layers)), biases 0,
   LayerNorm (1, 0). ``dropout`` on the embedding sum, the attention weights, and each residual branch.
@@ -33,12 +35,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from manifold_impl.validation import check_tokens
+from manifold_impl.validation import check_cache, check_tokens
 
 GPT_INIT_STD = 0.02
 GPT_MLP_RATIO = 4
@@ -164,6 +167,33 @@ def _uniform(bound):
     return lambda t, generator: nn.init.uniform_(t, -bound, bound, generator=generator)
 
 
+class LSTMCache(NamedTuple):
+    """``torch.nn.LSTM``'s state after the tokens so far and the global index of the next token.
+
+    Attributes:
+        hidden, cell: [num_layers, B, H] h_t and c_t of every layer.
+        position: the global index of the next token.
+    """
+
+    hidden: torch.Tensor
+    cell: torch.Tensor
+    position: int
+
+
+class GPTCache(NamedTuple):
+    """Keys and values of the tokens so far, one pair per block, and the next position.
+
+    Attributes:
+        keys, values: tuples of ``num_layers`` tensors [B, h, P, d/h].
+        position: P, the global index of the next token (absolute positions: always the number
+            of cached tokens).
+    """
+
+    keys: tuple
+    values: tuple
+    position: int
+
+
 class LSTMLanguageModel(nn.Module):
     """Embedding → ``torch.nn.LSTM`` → linear head.
 
@@ -196,16 +226,26 @@ class LSTMLanguageModel(nn.Module):
         _draw(self.head.weight, _uniform(bound), generator)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, tokens):
-        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, None)."""
+    def forward(self, tokens, cache=None):
+        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``LSTMCache``); ``cache``: that of an
+        earlier call, to continue its sequences (None: zero state, position 0)."""
         tokens = check_tokens(tokens, self.config.vocab_size)
+        state, position = None, 0
+        if cache is not None:
+            cache = check_cache(cache, LSTMCache)
+            shape = (self.config.num_layers, tokens.shape[0], self.config.hidden_size)
+            for name in ("hidden", "cell"):
+                if tuple(getattr(cache, name).shape) != shape:
+                    raise ValueError(f"cache.{name} must have shape {shape}, got {tuple(getattr(cache, name).shape)}")
+            state, position = (cache.hidden, cache.cell), cache.position
         embedded = self.dropout(self.embedding(tokens))  # [B, T, E]
-        hidden, _ = self.lstm(embedded)  # [B, T, H]
-        return self.head(self.dropout(hidden)), None
+        hidden, (last_hidden, last_cell) = self.lstm(embedded, state)  # [B, T, H]
+        return self.head(self.dropout(hidden)), LSTMCache(last_hidden, last_cell, position + tokens.shape[1])
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention: ``x: [B, T, d] -> [B, T, d]``."""
+    """Multi-head causal self-attention: ``x: [B, T, d]`` (and cached keys and values of P
+    earlier tokens) -> (``[B, T, d]``, keys and values ``[B, h, P + T, d/h]``)."""
 
     def __init__(self, config, device=None, dtype=None):
         super().__init__()
@@ -214,13 +254,17 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(config.width, 3 * config.width, **factory)
         self.proj = nn.Linear(config.width, config.width, **factory)
 
-    def forward(self, x):
+    def forward(self, x, past_keys=None, past_values=None):
         batch, length, width = x.shape
         heads = self.num_heads
         q, k, v = self.qkv(x).view(batch, length, 3, heads, width // heads).permute(2, 0, 3, 1, 4)  # [B, h, T, d/h]
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                           is_causal=True)  # [B, h, T, d/h]
-        return self.proj(y.transpose(1, 2).reshape(batch, length, width))
+        mask = None
+        if past_keys is not None:
+            k, v = torch.cat([past_keys, k], dim=2), torch.cat([past_values, v], dim=2)  # [B, h, P + T, d/h]
+            mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - length)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                                           is_causal=mask is None)  # [B, h, T, d/h]
+        return self.proj(y.transpose(1, 2).reshape(batch, length, width)), k, v
 
 
 class TransformerBlock(nn.Module):
@@ -236,9 +280,11 @@ class TransformerBlock(nn.Module):
                                  nn.Linear(config.mlp_hidden, config.width, **factory))
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x):
-        x = x + self.dropout(self.attention(self.attention_norm(x)))
-        return x + self.dropout(self.mlp(self.mlp_norm(x)))
+    def forward(self, x, past_keys=None, past_values=None):
+        """-> (x, the attention's keys and values, see ``CausalSelfAttention``)."""
+        attended, keys, values = self.attention(self.attention_norm(x), past_keys, past_values)
+        x = x + self.dropout(attended)
+        return x + self.dropout(self.mlp(self.mlp_norm(x))), keys, values
 
 
 class GPTLanguageModel(nn.Module):
@@ -280,18 +326,38 @@ class GPTLanguageModel(nn.Module):
             _draw(block.attention.proj.weight, residual, generator)
             _draw(block.mlp[2].weight, residual, generator)
 
-    def forward(self, tokens):
-        """``tokens: [B, T]`` ids with T ≤ max_length -> (logits ``[B, T, V]``, None)."""
+    def forward(self, tokens, cache=None):
+        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``GPTCache``); ``cache``: that of an
+        earlier call, to continue its sequences (None: position 0). Positions past
+        ``max_length`` are refused."""
         tokens = check_tokens(tokens, self.config.vocab_size)
-        length = tokens.shape[1]
+        past_keys, past_values, position = (None,) * self.config.num_layers, (None,) * self.config.num_layers, 0
+        if cache is not None:
+            past_keys, past_values, position = self._check_cache(cache, tokens.shape[0])
+        length = position + tokens.shape[1]
         if length > self.config.max_length:
             raise ValueError(f"sequence length {length} exceeds max_length={self.config.max_length} "
                              "(the model has no positions beyond it)")
-        positions = torch.arange(length, device=tokens.device)
+        positions = torch.arange(position, length, device=tokens.device)
         x = self.dropout(self.token_embedding(tokens) + self.position_embedding(positions))  # [B, T, d]
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.final_norm(x)), None
+        keys, values = [], []
+        for block, block_keys, block_values in zip(self.blocks, past_keys, past_values):
+            x, block_keys, block_values = block(x, block_keys, block_values)
+            keys.append(block_keys)
+            values.append(block_values)
+        return self.head(self.final_norm(x)), GPTCache(tuple(keys), tuple(values), length)
+
+    def _check_cache(self, cache, batch):
+        """The cache's keys, values and position, after checking their count and shapes."""
+        cache = check_cache(cache, GPTCache)
+        config = self.config
+        shape = (batch, config.num_heads, cache.position, config.head_dim)
+        for name in ("keys", "values"):
+            tensors = getattr(cache, name)
+            if len(tensors) != config.num_layers or any(tuple(t.shape) != shape for t in tensors):
+                raise ValueError(f"cache.{name} must be {config.num_layers} tensors of shape {shape} "
+                                 "(one per block; P = cache.position)")
+        return cache
 
 
-__all__ = ["GPTConfig", "GPTLanguageModel", "LSTMConfig", "LSTMLanguageModel"]
+__all__ = ["GPTCache", "GPTConfig", "GPTLanguageModel", "LSTMCache", "LSTMConfig", "LSTMLanguageModel"]

@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from experiments.baselines import LSTMConfig  # noqa: E402
 from experiments.params_budget import count_parameters, parameter_count, size_to_budget  # noqa: E402
 from experiments.train import Run, build_config  # noqa: E402
-from parity_tests.harness import group_rnn_parity  # noqa: E402
+from parity_tests.harness import parity as group_rnn_parity  # noqa: E402
 from reference.config import GroupRNNConfig  # noqa: E402
 
 log = logging.getLogger("groupstate.demo")

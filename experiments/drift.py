@@ -38,8 +38,8 @@ def drift_curve(group, n, steps, reproject_every, seed, record_every):
     config = GroupRNNConfig(vocab_size=50, group=group, n=n, embedding_dim=16, reproject_every=reproject_every)
     model = GroupRNN(config, dtype=torch.float32, generator=torch.Generator().manual_seed(seed))
     tokens = torch.from_numpy(np.random.default_rng(seed).integers(0, 50, size=(4, steps)))
-    _, states = model(tokens)
-    errors = unitarity_error(states)
+    _, cache = model(tokens)
+    errors = unitarity_error(cache.states)
     return [float(errors[t - 1]) for t in range(record_every, steps + 1, record_every)]
 
 

@@ -11,6 +11,7 @@ batched call, and the running products H_0 U_1 ⋯ U_t come from an associative 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -20,7 +21,7 @@ from manifold_impl.linalg import realvec
 from manifold_impl.manifolds import check_group_state_dict, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
-from manifold_impl.validation import check_state, check_tokens
+from manifold_impl.validation import check_cache, check_state, check_tokens
 
 
 RECURRENT_GAIN = 0.05  # mirror of reference.group_rnn.RECURRENT_GAIN
@@ -125,6 +126,21 @@ def _prefix_products(group, factors):
     return factors
 
 
+class GroupRNNCache(NamedTuple):
+    """State and position to continue a sequence, and the states of the call that returned it;
+    mirror of reference.group_rnn.GroupRNNCache.
+
+    Attributes:
+        state: [B, n, n] H_p.
+        position: p, the global index of the next token.
+        states: [B, T, n, n] every state of the call that returned this cache (not read by ``forward``).
+    """
+
+    state: torch.Tensor
+    position: int
+    states: torch.Tensor | None = None
+
+
 class GroupRNN(nn.Module):
     """Group-state RNN LM: embedding -> GroupRNNCell -> readout.
 
@@ -156,13 +172,15 @@ class GroupRNN(nn.Module):
         check_group_state_dict(self, state_dict)
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
-    def forward(self, tokens, state=None, position=0):
-        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, states ``[B, T, n, n]``); see the reference."""
+    def forward(self, tokens, cache=None):
+        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``GroupRNNCache``); see the reference."""
         tokens = check_tokens(tokens, self.config.vocab_size)
         batch = tokens.shape[0]
-        if state is None:
-            state = self.cell.initial_state.expand(batch, -1, -1)
+        if cache is None:
+            state, position = self.cell.initial_state.expand(batch, -1, -1), 0
         else:
-            check_state(self.group, state, batch)
+            cache = check_cache(cache, GroupRNNCache)
+            check_state(self.group, cache.state, batch)
+            state, position = cache.state, cache.position
         states = self.cell(self.embedding(tokens), state, position)
-        return self.readout(states), states
+        return self.readout(states), GroupRNNCache(states[:, -1], position + tokens.shape[1], states)

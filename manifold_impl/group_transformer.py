@@ -12,7 +12,7 @@ positions in one call.
 from __future__ import annotations
 
 import math
-import numbers
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,7 @@ from manifold_impl.linalg import realvec
 from manifold_impl.manifolds import check_group_state_dict, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
-from manifold_impl.validation import check_tokens
+from manifold_impl.validation import check_cache, check_tokens
 
 
 def position_scale(group):
@@ -202,6 +202,18 @@ class GroupTransformerLayer(nn.Module):
         return outputs
 
 
+class GroupTransformerCache(NamedTuple):
+    """Mirror of reference.group_transformer.GroupTransformerCache.
+
+    Attributes:
+        past: [B, S + 1, P, n, n] every state of the P tokens so far, or None.
+        position: global index of the next token.
+    """
+
+    past: torch.Tensor | None
+    position: int
+
+
 class GroupTransformer(nn.Module):
     """Group-state Transformer LM: group-valued embedding -> layers -> readout.
 
@@ -235,28 +247,21 @@ class GroupTransformer(nn.Module):
         check_group_state_dict(self, state_dict)
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
-    def forward(self, tokens, past=None, position=0):
-        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, states ``[B, S + 1, T, n, n]``); see the reference.
-
-        ``past``: the states an earlier call returned for the preceding tokens (the cache);
-        ``position``: global index of ``tokens[:, 0]``.
-        """
+    def forward(self, tokens, cache=None):
+        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``GroupTransformerCache``); see the reference."""
         tokens = check_tokens(tokens, self.config.vocab_size)
-        _check_position(position)
-        if past is not None:
-            _check_past(self.group, past, tokens.shape[0], self.config.num_sublayers)
+        past, position = None, 0
+        if cache is not None:
+            past, position = check_cache(cache, GroupTransformerCache)
+            if past is not None:
+                _check_past(self.group, past, tokens.shape[0], self.config.num_sublayers)
         states = [self.embedding(tokens, position)]
         for layer in self.layers:
             cached = None if past is None else past[:, len(states) - 1]  # this attention's inputs
             states += layer(states[-1], cached)
-        return self.readout(states[-1]), torch.stack(states, dim=1)
-
-
-def _check_position(position):
-    if isinstance(position, bool) or not isinstance(position, numbers.Integral):
-        raise TypeError(f"position must be an int, got {type(position).__name__}")
-    if position < 0:
-        raise ValueError(f"position must be at least 0, got {position}")
+        logits, states = self.readout(states[-1]), torch.stack(states, dim=1)
+        past = states if past is None else torch.cat([past, states], dim=2)
+        return logits, GroupTransformerCache(past, position + tokens.shape[1])
 
 
 def _check_past(group, past, batch, sublayers):

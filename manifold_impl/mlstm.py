@@ -36,7 +36,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from manifold_impl.validation import check_tokens
+from manifold_impl.validation import check_cache, check_tokens
 from reference.config import MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR
 
 # Positions per chunk when ``chunk_size="auto"``: the plain read never materializes C_t, so long
@@ -60,6 +60,14 @@ class MLSTMState(NamedTuple):
     memory: torch.Tensor
     normalizer: torch.Tensor
     stabilizer: torch.Tensor
+
+
+class MLSTMCache(NamedTuple):
+    """Mirror of reference.mlstm.MLSTMCache: the ``MLSTMState`` after the tokens so far and the
+    global index of the next token."""
+
+    state: MLSTMState
+    position: int
 
 
 def check_mlstm_state(config, state, batch):
@@ -384,12 +392,13 @@ class MLSTM(nn.Module):
         nn.init.normal_(self.head.weight, std=small, generator=generator)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, tokens, state=None):
-        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, MLSTMState); see the reference."""
+    def forward(self, tokens, cache=None):
+        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``MLSTMCache``); see the reference."""
         tokens = check_tokens(tokens, self.config.vocab_size)
-        if state is not None:
+        state, position = None, 0
+        if cache is not None:
+            state, position = check_cache(cache, MLSTMCache)
             state = check_mlstm_state(self.config, state, tokens.shape[0])
         embedded = self.embedding(tokens)  # [B, T, d]
         update, state = self.layer(self.norm(embedded), state)
-        return self.head(self.post_norm(embedded + update)), state
-
+        return self.head(self.post_norm(embedded + update)), MLSTMCache(state, position + tokens.shape[1])

@@ -100,11 +100,9 @@ def main(argv=None):
         return 2
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.jit.script.*is deprecated")
-        from parity_tests import harness, mlstm_harness, transformer_harness
-    parity = {"group_rnn": harness.group_rnn_parity, "mlstm": mlstm_harness.mlstm_parity,
-              "group_transformer": transformer_harness.group_transformer_parity}[args.model]
-    report = parity(config, seed=args.seed, dtype=args.dtype, batch=args.batch, length=args.length,
-                    device=args.device)
+        from parity_tests import harness
+    report = harness.parity(config, seed=args.seed, dtype=args.dtype, batch=args.batch, length=args.length,
+                            device=args.device)
     print(json.dumps(report, indent=2))
     return 0 if report["pass"] else 1
 

@@ -1,34 +1,136 @@
-"""Parity of the two trees on one configuration (SPEC §8), shared by pytest and the CLI.
+"""Parity of the two trees on one configuration of any model (SPEC §8), shared by pytest and the CLI.
 
 From one NumPy-generated parameter set (keys and shapes of the torch ``state_dict``) both trees
-compute logits, loss, states and every gradient; each tree also runs step by step, and both take
-one Riemannian Adam step. The reference always runs in float64; torch runs in ``dtype``.
+compute logits, loss, their caches and the gradient of every parameter (a key missing from either
+tree, or left without a gradient, fails the check); each tree also runs token by token, feeding
+back the cache it returned, which must reproduce the full-sequence logits and the final cache;
+both take one optimizer step from their own gradients; models on a group check that every hidden
+state, and every group-valued parameter after the step, lies on G. The reference always runs in
+float64; torch runs in ``dtype``.
+
+Every model follows one contract, ``forward(tokens, cache=None) -> (logits, cache)`` (the
+reference's forward takes the parameter dict first). What differs between models is an
+``Adapter``: its two classes, what of its cache a next call reads, where its hidden states are,
+its optimizer, and which reads cannot be differentiated.
+
+Gradient errors are max|g_torch − g_ref| / max(max|g_ref|, floor) per parameter, with floor =
+``GRADIENT_FLOOR[dtype]`` · the largest |g_ref| entry of any parameter (0 in float64, so there
+they are plain relative errors; see tolerances.GRADIENT_FLOOR for why float32 needs it).
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Callable
 
 import autograd
 import numpy as np
 import torch
 
-from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
+import manifold_impl.group_rnn
+import manifold_impl.group_transformer
+import manifold_impl.mlstm
+import reference.group_rnn
+import reference.group_transformer
+import reference.mlstm
 from manifold_impl.losses import cross_entropy as torch_cross_entropy
+from manifold_impl.optim import AdamW as TorchAdamW
 from manifold_impl.optim import RiemannianAdam as TorchRiemannianAdam
-from parity_tests.tolerances import ADAM_EPS, GRADIENT_FLOOR, MEMBERSHIP_ATOL, PARITY
-from reference.group_rnn import GroupRNN as ReferenceGroupRNN
+from parity_tests.tolerances import ADAM_EPS, GRADIENT_FLOOR, MEMBERSHIP_ATOL, PARITY, PARITY_NS_QUINTIC
+from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 from reference.losses import cross_entropy as reference_cross_entropy
+from reference.optim import AdamW as ReferenceAdamW
 from reference.optim import RiemannianAdam as ReferenceRiemannianAdam
 from reference.optim import ambient_gradients
 from reference.params import random_params
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 ADAM_LR = 1e-2
+ADAMW_WEIGHT_DECAY = 0.01
+
+
+# --- per-model adapters ---------------------------------------------------------------------------
+
+def _plain_tolerance(config, dtype):
+    return PARITY[dtype]
+
+
+def _mlstm_tolerance(config, dtype):
+    """Quintic Newton–Schulz amplifies float32 rounding (see tolerances.PARITY_NS_QUINTIC)."""
+    if config.read == "ns" and config.ns_coeffs == "quintic":
+        return PARITY_NS_QUINTIC[dtype]
+    return PARITY[dtype]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """What the parity procedure needs to know about one model.
+
+    Attributes:
+        name: the report's ``"model"``.
+        reference, torch: the model classes of the two trees.
+        length: default sequence length.
+        continuation: cache -> ``{name: array}``, what a next call reads from the cache (compared
+            between the trees, and between the stepped and the full-sequence run of each tree).
+        hidden_states: cache -> every hidden state of the call that returned it ``[..., n, n]``
+            (compared between the trees and checked on G); None for a model without a group.
+        optimizer: ``"riemannian"`` (Riemannian Adam, group-valued parameters on G) or ``"adamw"``.
+        differentiable: config -> whether gradients and the optimizer step are checked.
+        tolerance: (config, dtype) -> ``{"output": .., "gradient": ..}``.
+        torch_options: keyword arguments of the torch class's constructor (performance knobs).
+    """
+
+    name: str
+    reference: type
+    torch: type
+    length: int
+    continuation: Callable
+    hidden_states: Callable | None
+    optimizer: str
+    differentiable: Callable = lambda config: True
+    tolerance: Callable = _plain_tolerance
+    torch_options: dict = field(default_factory=dict)
+
+
+ADAPTERS = {
+    GroupRNNConfig: Adapter(
+        "group_rnn", reference.group_rnn.GroupRNN, manifold_impl.group_rnn.GroupRNN, length=8,
+        continuation=lambda cache: {"state": cache.state}, hidden_states=lambda cache: cache.states,
+        optimizer="riemannian"),
+    GroupTransformerConfig: Adapter(
+        "group_transformer", reference.group_transformer.GroupTransformer,
+        manifold_impl.group_transformer.GroupTransformer, length=6,
+        continuation=lambda cache: {"past": cache.past}, hidden_states=lambda cache: cache.past,
+        optimizer="riemannian"),
+    # chunk_size 3: a short sequence spans several chunks, so the state is carried across chunk boundaries
+    MLSTMConfig: Adapter(
+        "mlstm", reference.mlstm.MLSTM, manifold_impl.mlstm.MLSTM, length=8,
+        continuation=lambda cache: {f"state.{key}": value for key, value in cache.state._asdict().items()},
+        hidden_states=None, optimizer="adamw", differentiable=lambda config: config.read != "polar",
+        tolerance=_mlstm_tolerance, torch_options={"chunk_size": 3}),
+}
+
+
+def adapter_for(config):
+    """The ``Adapter`` of ``config``'s model; TypeError for a config no adapter knows."""
+    adapter = ADAPTERS.get(type(config))
+    if adapter is None:
+        names = ", ".join(cls.__name__ for cls in ADAPTERS)
+        raise TypeError(f"no parity adapter for {type(config).__name__} (known: {names})")
+    return adapter
+
+
+# --- comparisons ----------------------------------------------------------------------------------
+
+def as_numpy(x):
+    """A torch tensor or array-like as a NumPy array."""
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 def relative_error(actual, expected, floor=0.0):
     """max|actual − expected| / max(max|expected|, floor) (absolute when that scale is 0)."""
-    actual = actual.detach().cpu().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual)
-    expected = np.asarray(expected)
+    actual, expected = as_numpy(actual), as_numpy(expected)
     if actual.shape != expected.shape:
         raise ValueError(f"shape mismatch: {actual.shape} vs {expected.shape}")
     scale = max(float(np.max(np.abs(expected), initial=0.0)), floor)
@@ -63,124 +165,141 @@ def to_torch(params, dtype, device):
 
 def max_membership_error(group, states):
     """Largest |H^H H − I| (compact groups) over ``states: [..., n, n]``; 0 for GL."""
-    states = states.detach().cpu().numpy() if isinstance(states, torch.Tensor) else np.asarray(states)
+    states = as_numpy(states)
     if not group.is_compact:
         return 0.0
     gram = np.conj(np.swapaxes(states, -1, -2)) @ states
     return float(np.max(np.abs(gram - np.eye(group.n)), initial=0.0))
 
 
-def draw_problem(reference, vocab_size, seed, batch, length):
-    """Generic parameters of ``reference``'s spec and a batch of tokens, all from ``seed``:
+# --- the two runs -----------------------------------------------------------------------------------
+
+def draw_problem(reference_model, vocab_size, seed, batch, length):
+    """Generic parameters of ``reference_model``'s spec and a batch of tokens, all from ``seed``:
     ``(params, inputs [batch, length], targets [batch, length])``."""
     rng = np.random.default_rng(seed)
-    params = random_params(reference.param_spec(), rng)
+    params = random_params(reference_model.param_spec(), rng)
     tokens = rng.integers(0, vocab_size, size=(batch, length + 1))
     return params, tokens[:, :-1], tokens[:, 1:]
 
 
-def reference_loss_and_grads(reference, params, inputs, targets):
+def reference_loss_and_grads(reference_model, params, inputs, targets):
     """The reference's cross-entropy and its ambient gradients (autograd, conjugation undone)."""
     def loss(p):
-        return reference_cross_entropy(reference.forward(p, inputs)[0], targets)
+        return reference_cross_entropy(reference_model.forward(p, inputs)[0], targets)
 
     value, grads = autograd.value_and_grad(loss)(params)
     return value, ambient_gradients(grads)
 
 
-def group_rnn_parity(config, seed=0, dtype="float64", batch=2, length=8, device="cpu"):
-    """Compare the reference and torch group RNN on ``config``; returns a JSON-ready dict."""
+def run_stepped(forward, tokens, concatenate):
+    """``forward`` one token at a time, each call given the cache the previous one returned:
+    (the logits joined along time by ``concatenate``, the last cache)."""
+    cache, logits = None, []
+    for t in range(tokens.shape[1]):
+        step_logits, cache = forward(tokens[:, t:t + 1], cache)
+        logits.append(step_logits)
+    return concatenate(logits, 1), cache
+
+
+def optimizer_step(adapter, model, spec, params, ref_grads, dtype):
+    """One step of the adapter's optimizer in each tree from each tree's own gradients (torch's
+    in ``model``'s ``.grad``): (``{key: relative error after the step}``, torch's parameters after it)."""
+    eps = ADAM_EPS[dtype]
+    if adapter.optimizer == "riemannian":
+        TorchRiemannianAdam(model.parameters(), lr=ADAM_LR, eps=eps).step()
+        stepped = ReferenceRiemannianAdam(spec, lr=ADAM_LR, eps=eps).step(params, ref_grads)
+    else:
+        TorchAdamW(model.parameters(), lr=ADAM_LR, eps=eps, weight_decay=ADAMW_WEIGHT_DECAY).step()
+        stepped = ReferenceAdamW(lr=ADAM_LR, eps=eps, weight_decay=ADAMW_WEIGHT_DECAY).step(params, ref_grads)
+    after = dict(model.named_parameters())
+    return {key: relative_error(after[key], stepped[key]) for key in stepped}, after
+
+
+def parity(config, seed=0, dtype="float64", batch=2, length=None, device="cpu", **torch_options):
+    """Compare the reference and torch model of ``config``; returns a JSON-ready dict.
+
+    ``length``: default the adapter's; ``torch_options`` override the adapter's (e.g. the mLSTM's
+    ``chunk_size``, None for one chunk).
+    """
+    adapter = adapter_for(config)
+    length = adapter.length if length is None else length
+    torch_options = {**adapter.torch_options, **torch_options}
     torch_dtype = DTYPES[dtype]
-    reference = ReferenceGroupRNN(config)
-    spec = reference.param_spec()
-    params, inputs, targets = draw_problem(reference, config.vocab_size, seed, batch, length)
+    differentiable = adapter.differentiable(config)
+    reference_model = adapter.reference(config)
+    spec = reference_model.param_spec()
+    params, inputs, targets = draw_problem(reference_model, config.vocab_size, seed, batch, length)
 
     # reference, float64
-    ref_logits, ref_states = reference.forward(params, inputs)
-    ref_loss, ref_grads = reference_loss_and_grads(reference, params, inputs, targets)
-    ref_step_logits = _reference_stepped(reference, params, inputs)
+    ref_logits, ref_cache = reference_model.forward(params, inputs)
+    ref_loss, ref_grads = reference_cross_entropy(ref_logits, targets), {}
+    if differentiable:
+        ref_loss, ref_grads = reference_loss_and_grads(reference_model, params, inputs, targets)
+    ref_step_logits, ref_step_cache = run_stepped(functools.partial(reference_model.forward, params), inputs,
+                                                  np.concatenate)
 
     # torch
-    model = TorchGroupRNN(config, device=device, dtype=torch_dtype)
+    model = adapter.torch(config, device=device, dtype=torch_dtype, **torch_options)
     model.load_state_dict(to_torch(params, torch_dtype, device))
     inputs_t = torch.from_numpy(inputs).to(device)
-    logits, states = model(inputs_t)
-    loss = torch_cross_entropy(logits, torch.from_numpy(targets).to(device))
-    loss.backward()
-    grads = {key: p.grad for key, p in model.named_parameters()}
+    with torch.set_grad_enabled(differentiable):
+        logits, cache = model(inputs_t)
+        loss = torch_cross_entropy(logits, torch.from_numpy(targets).to(device))
+    if differentiable:
+        loss.backward()
     with torch.no_grad():
-        step_logits = _torch_stepped(model, inputs_t)
+        step_logits, step_cache = run_stepped(model, inputs_t, torch.cat)
 
-    errors = {
-        "logits": relative_error(logits, ref_logits),
-        "loss": relative_error(loss, ref_loss),
-        "states": relative_error(states, ref_states),
-        "stepwise_torch": relative_error(step_logits, logits.detach().cpu().numpy()),
-        "stepwise_reference": relative_error(ref_step_logits, ref_logits),
-    }
-    grad_errors, missing, key_mismatch = gradient_errors(grads, ref_grads, dtype)
+    continuation, ref_continuation = adapter.continuation(cache), adapter.continuation(ref_cache)
+    errors = {"logits": relative_error(logits, ref_logits), "loss": relative_error(loss, ref_loss)}
+    if adapter.hidden_states is not None:
+        errors["states"] = relative_error(adapter.hidden_states(cache), adapter.hidden_states(ref_cache))
+    errors |= {f"cache.{key}": relative_error(value, ref_continuation[key]) for key, value in continuation.items()}
+    errors["stepwise_torch"] = relative_error(step_logits, logits)
+    errors["stepwise_reference"] = relative_error(ref_step_logits, ref_logits)
+    for tree, stepped, full in (("torch", adapter.continuation(step_cache), continuation),
+                                ("reference", adapter.continuation(ref_step_cache), ref_continuation)):
+        errors |= {f"stepwise_{tree}:cache.{key}": relative_error(value, full[key])
+                   for key, value in stepped.items()}
+    positions = {"torch": cache.position, "reference": ref_cache.position,
+                 "stepwise_torch": step_cache.position, "stepwise_reference": ref_step_cache.position}
 
-    step_errors, membership = step_and_membership(model, reference, spec, params, ref_grads, dtype,
-                                                  states, ref_states)
-    membership_atol = MEMBERSHIP_ATOL[dtype]
-    tol = PARITY[dtype]
-    checks = {
-        "outputs": max(errors.values()) <= tol["output"],
-        "gradients": not missing and not key_mismatch and max(grad_errors.values()) <= tol["gradient"],
-        "optimizer_step": max(step_errors.values()) <= tol["gradient"],
-        "on_group": max(membership.values()) <= membership_atol,
-    }
+    tol = adapter.tolerance(config, dtype)
+    checks = {"outputs": max(errors.values()) <= tol["output"],
+              "cache_positions": all(position == length for position in positions.values())}
+    skipped, grad_errors, missing, key_mismatch, step_errors, after = [], {}, [], [], {}, {}
+    if differentiable:
+        grads = {key: p.grad for key, p in model.named_parameters()}
+        grad_errors, missing, key_mismatch = gradient_errors(grads, ref_grads, dtype)
+        checks["gradients"] = (not missing and not key_mismatch and len(grad_errors) == len(spec)
+                               and max(grad_errors.values()) <= tol["gradient"])
+        step_errors, after = optimizer_step(adapter, model, spec, params, ref_grads, dtype)
+        checks["optimizer_step"] = max(step_errors.values()) <= tol["gradient"]
+    else:
+        skipped = ["gradients", "optimizer_step"]
+    report_membership = {}
+    if adapter.hidden_states is not None:
+        report_membership = {
+            "states_torch": max_membership_error(model.group, adapter.hidden_states(cache)),
+            "states_reference": max_membership_error(reference_model.group, adapter.hidden_states(ref_cache)),
+            **{f"after_step_torch:{key}": max_membership_error(model.group, after[key])
+               for key, s in spec.items() if s.group is not None},
+        }
+        checks["on_group"] = max(report_membership.values()) <= MEMBERSHIP_ATOL[dtype]
     return {
-        "model": "group_rnn",
+        "model": adapter.name,
         "config": {key: getattr(config, key) for key in config.__dataclass_fields__},
         "seed": seed, "dtype": dtype, "batch": batch, "length": length, "device": str(device),
+        "torch_options": torch_options,
         "errors": errors,
+        "cache_positions": positions,
         "gradient_errors": grad_errors,
         "gradient_keys": {"missing_in_torch": missing, "mismatched": key_mismatch},
         "optimizer_step_errors": step_errors,
-        "membership_errors": membership,
-        "tolerances": {**tol, "membership": membership_atol},
+        "membership_errors": report_membership,
+        "skipped": skipped,
+        "tolerances": {**tol, **({"membership": MEMBERSHIP_ATOL[dtype]} if report_membership else {})},
         "checks": checks,
-        "pass": all(checks.values()),
+        "pass": bool(all(checks.values())),
     }
-
-
-def step_and_membership(model, reference, spec, params, ref_grads, dtype, states, ref_states):
-    """One Riemannian Adam step in each tree from each tree's own gradients (torch's are in
-    ``model``'s ``.grad``), then the distance from G of every state and of every group-valued
-    parameter after the step.
-
-    Returns:
-        (step_errors ``{key: relative error after the step}``, membership ``{what: max error}``).
-    """
-    TorchRiemannianAdam(model.parameters(), lr=ADAM_LR, eps=ADAM_EPS[dtype]).step()
-    stepped = ReferenceRiemannianAdam(spec, lr=ADAM_LR, eps=ADAM_EPS[dtype]).step(params, ref_grads)
-    after = dict(model.named_parameters())
-    step_errors = {key: relative_error(after[key], stepped[key]) for key in stepped}
-    membership = {
-        "states_torch": max_membership_error(model.group, states),
-        "states_reference": max_membership_error(reference.group, ref_states),
-        **{f"after_step_torch:{key}": max_membership_error(model.group, after[key])
-           for key, s in spec.items() if s.group is not None},
-    }
-    return step_errors, membership
-
-
-def _reference_stepped(reference, params, inputs):
-    """Reference logits computed one token at a time, threading the state."""
-    state, logits = None, []
-    for t in range(inputs.shape[1]):
-        step_logits, states = reference.forward(params, inputs[:, t:t + 1], state=state, position=t)
-        state = states[:, -1]
-        logits.append(step_logits)
-    return np.concatenate(logits, axis=1)
-
-
-def _torch_stepped(model, inputs):
-    """Torch logits computed one token at a time, threading the state."""
-    state, logits = None, []
-    for t in range(inputs.shape[1]):
-        step_logits, states = model(inputs[:, t:t + 1], state=state, position=t)
-        state = states[:, -1]
-        logits.append(step_logits)
-    return torch.cat(logits, dim=1)

@@ -1,5 +1,6 @@
-"""Baselines (LSTM, GPT) and matched parameter budgets: shapes, causality, refused input, parameter
-counts against independent formulas, and sizing to ±2% of 100k / 500k / 2M parameters."""
+"""Baselines (LSTM, GPT) and matched parameter budgets: shapes, causality, stepping with the cache,
+refused input, parameter counts against independent formulas, and sizing to ±2% of 100k / 500k / 2M
+parameters."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from experiments.baselines import GPTConfig, GPTLanguageModel, LSTMConfig, LSTMLanguageModel
+from experiments.baselines import GPTCache, GPTConfig, GPTLanguageModel, LSTMCache, LSTMConfig, LSTMLanguageModel
 from experiments.models import build_model
 from experiments.params_budget import (
     TOLERANCE,
@@ -17,6 +18,8 @@ from experiments.params_budget import (
     size_to_budget,
 )
 from manifold_impl.group_rnn import GroupRNN
+from parity_tests.harness import relative_error, run_stepped
+from parity_tests.tolerances import PARITY
 from reference.config import GroupRNNConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
@@ -26,6 +29,7 @@ SMALL = {
     "gpt": GPTConfig(VOCAB, width=16, num_layers=2, num_heads=4, max_length=12),
 }
 MODELS = {"lstm": LSTMLanguageModel, "gpt": GPTLanguageModel}
+CACHES = {"lstm": LSTMCache, "gpt": GPTCache}
 KINDS = list(SMALL)
 
 
@@ -42,9 +46,9 @@ def random_tokens(batch, length, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("kind", KINDS, ids=KINDS)
 def test_forward_shapes(kind, dtype):
-    logits, states = make(kind, dtype=dtype)(random_tokens(3, 7))
+    logits, cache = make(kind, dtype=dtype)(random_tokens(3, 7))
     assert logits.shape == (3, 7, VOCAB) and logits.dtype == dtype
-    assert states is None
+    assert isinstance(cache, CACHES[kind]) and cache.position == 7
     assert torch.isfinite(logits).all()
 
 
@@ -86,6 +90,65 @@ def test_dropout_only_in_training(kind):
     assert torch.equal(model(tokens)[0], model(tokens)[0])
     model.train()
     assert not torch.equal(model(tokens)[0], model(tokens)[0])
+
+
+@pytest.mark.parametrize("split", [None, (5, 7), (1, 10, 1)], ids=["token-by-token", "5+7", "1+10+1"])
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_continuing_from_the_cache_equals_the_full_sequence(kind, split):
+    """SPEC §8's stepping check: the sequence fed in pieces, each call given the previous cache."""
+    model = make(kind, dtype=torch.float64)
+    tokens = random_tokens(2, 12)
+    with torch.no_grad():
+        full, full_cache = model(tokens)
+        if split is None:
+            pieces, cache = run_stepped(model, tokens, torch.cat)
+        else:
+            cache, pieces, start = None, [], 0
+            for size in split:
+                piece, cache = model(tokens[:, start:start + size], cache)
+                pieces.append(piece)
+                start += size
+            pieces = torch.cat(pieces, dim=1)
+    assert relative_error(pieces, full) <= PARITY["float64"]["output"]
+    assert cache.position == full_cache.position == 12
+    for got, want in zip(cache_tensors(cache), cache_tensors(full_cache), strict=True):
+        assert relative_error(got, want) <= PARITY["float64"]["output"]
+
+
+def cache_tensors(cache):
+    """Every tensor of a baseline cache (the GPT's keys and values are tuples of them)."""
+    return [t for field in cache[:-1] for t in (field if isinstance(field, tuple) else (field,))]
+
+
+BAD_CACHES = {
+    "lstm": {
+        "not_a_cache": (lambda c: (c.hidden, c.cell), TypeError, "cache must be a LSTMCache"),
+        "wrong_batch": (lambda c: c._replace(hidden=c.hidden[:, :1]), ValueError, "cache.hidden must have shape"),
+        "negative_position": (lambda c: c._replace(position=-1), ValueError, "position must be at least 0"),
+    },
+    "gpt": {
+        "not_a_cache": (lambda c: tuple(c), TypeError, "cache must be a GPTCache"),
+        "one_block_missing": (lambda c: c._replace(keys=c.keys[:1]), ValueError, "cache.keys must be 2 tensors"),
+        "position_not_the_cached_length": (lambda c: c._replace(position=4), ValueError, "P = cache.position"),
+        "float_position": (lambda c: c._replace(position=3.0), TypeError, "position must be an int"),
+    },
+}
+
+
+@pytest.mark.parametrize("kind, case", [(k, c) for k in KINDS for c in BAD_CACHES[k]])
+def test_bad_cache_refused(kind, case):
+    corrupt, error, message = BAD_CACHES[kind][case]
+    model = make(kind)
+    _, cache = model(random_tokens(2, 3))
+    with pytest.raises(error, match=message):
+        model(random_tokens(2, 1), corrupt(cache))
+
+
+def test_gpt_refuses_to_continue_beyond_max_length():
+    model = make("gpt")
+    _, cache = model(random_tokens(1, 12))
+    with pytest.raises(ValueError, match="sequence length 13 exceeds max_length=12"):
+        model(random_tokens(1, 1), cache)
 
 
 BAD_TOKENS = {

@@ -10,13 +10,13 @@ import pytest
 import scipy.linalg
 import torch
 
+import manifold_impl.group_transformer
 from manifold_impl.group_transformer import GroupTransformer as TorchGroupTransformer
 from parity_tests import check
-from parity_tests.harness import to_torch
+from parity_tests.harness import parity, to_torch
 from parity_tests.tolerances import SAMPLING_SIGMAS, group_atol
-from parity_tests.transformer_harness import group_transformer_parity
 from reference.config import GROUP_NAMES, MIXINGS, GroupTransformerConfig
-from reference.group_transformer import GroupTransformer
+from reference.group_transformer import GroupTransformer, GroupTransformerCache
 from reference.params import init_params, random_params, sub_params
 
 ATTENTION_NAMES = ["algebra", "similarity"]
@@ -48,12 +48,14 @@ class Tree:
             self.model.load_state_dict(to_torch(params, torch.float64, "cpu"))
 
     def forward(self, tokens, position=0):
-        """(logits, states) as NumPy arrays."""
+        """(logits, states) as NumPy arrays, the sequence starting at ``position``."""
         if self.name == "reference":
-            return self.reference.forward(self.params, np.asarray(tokens), position=position)
+            logits, cache = self.reference.forward(self.params, np.asarray(tokens), GroupTransformerCache(None, position))
+            return logits, cache.past
         with torch.no_grad():
-            logits, states = self.model(torch.from_numpy(np.asarray(tokens)), position=position)
-        return logits.numpy(), states.numpy()
+            logits, cache = self.model(torch.from_numpy(np.asarray(tokens)),
+                                       manifold_impl.group_transformer.GroupTransformerCache(None, position))
+        return logits.numpy(), cache.past.numpy()
 
     def attention_scores(self, layer, states):
         """Scores ``[B, h, T, T]`` of layer ``layer``'s attention on the input ``states: [B, T, n, n]``."""
@@ -67,6 +69,12 @@ class Tree:
 TREES = ["reference", "torch"]
 
 
+def logits_and_states(output):
+    """(logits, every state) of a forward's ``(logits, cache)``."""
+    logits, cache = output
+    return logits, cache.past
+
+
 # --- parity (SPEC §8) --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -76,7 +84,7 @@ TREES = ["reference", "torch"]
 def test_group_transformer_parity(group, attention, mixing, dtype):
     readout = "prototype" if mixing == "lowrank" else "linear"
     config = small_config(group, attention=attention, readout=readout, **mixing_fields(mixing))
-    report = group_transformer_parity(config, seed=7, dtype=dtype, batch=2, length=5)
+    report = parity(config, seed=7, dtype=dtype, batch=2, length=5)
     assert report["pass"], json.dumps(report, indent=1)
     assert set(report["gradient_errors"]) == set(GroupTransformer(config).param_spec())
 
@@ -93,7 +101,7 @@ VARIANTS = {
 @pytest.mark.parametrize("group", ["SO", "SU", "GL"])
 def test_group_transformer_parity_variants(group, attention, variant):
     config = small_config(group, attention=attention, **VARIANTS[variant])
-    report = group_transformer_parity(config, seed=11, dtype="float64", batch=1, length=4)
+    report = parity(config, seed=11, dtype="float64", batch=1, length=4)
     assert report["pass"], json.dumps(report, indent=1)
 
 
@@ -250,17 +258,18 @@ def test_mixing_at_init_equals_no_mixing_exactly(group, attention):
     plain = TorchGroupTransformer(base, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     reference = GroupTransformer(base)
     params = reference.init_params(np.random.default_rng(1))
-    expected = reference.forward(params, tokens)
+    expected = logits_and_states(reference.forward(params, tokens))
     for mode in ("scalar", "lowrank"):
         config = small_config(group, attention=attention, **mixing_fields(mode))
         mixed = TorchGroupTransformer(config, dtype=torch.float64)
         mixed.load_state_dict({**mixed.state_dict(), **plain.state_dict()})
         with torch.no_grad():
-            for got, want in zip(mixed(torch.from_numpy(tokens)), plain(torch.from_numpy(tokens))):
+            for got, want in zip(logits_and_states(mixed(torch.from_numpy(tokens))),
+                                 logits_and_states(plain(torch.from_numpy(tokens)))):
                 torch.testing.assert_close(got, want, rtol=0, atol=0)
         mixed_reference = GroupTransformer(config)
         mixed_params = {**mixed_reference.init_params(np.random.default_rng(2)), **params}
-        for got, want in zip(mixed_reference.forward(mixed_params, tokens), expected):
+        for got, want in zip(logits_and_states(mixed_reference.forward(mixed_params, tokens)), expected):
             np.testing.assert_array_equal(got, want)
 
 
@@ -331,8 +340,8 @@ def test_gl_does_not_blow_up_at_init(attention):
     model = TorchGroupTransformer(config, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 20, size=(2, 64)))
     with torch.no_grad():
-        logits, states = model(tokens)
-    singular = np.linalg.svd(states.numpy(), compute_uv=False)
+        logits, cache = model(tokens)
+    singular = np.linalg.svd(cache.past.numpy(), compute_uv=False)
     assert np.all(np.isfinite(logits.numpy()))
     assert singular.max() < 4 and singular.min() > 0.25, (singular.max(), singular.min())
 
@@ -406,12 +415,14 @@ def test_bad_input_is_refused_before_any_work(case, tree):
         params = model.init_params(np.random.default_rng(0))
         model.embedding = Forbidden()
         with pytest.raises(error, match=message):
-            model.forward(params, tokens, past=past, position=position)
+            model.forward(params, tokens, GroupTransformerCache(past, position))
     else:
         model = TorchGroupTransformer(config, dtype=torch.float64)
         model.embedding.forward = Forbidden()
+        cache = manifold_impl.group_transformer.GroupTransformerCache(
+            None if past is None else torch.from_numpy(past), position)
         with pytest.raises(error, match=message):
-            model(torch.from_numpy(tokens), past=None if past is None else torch.from_numpy(past), position=position)
+            model(torch.from_numpy(tokens), cache)
 
 
 @pytest.mark.parametrize("tree", TREES)
@@ -425,9 +436,10 @@ def test_past_with_rounding_drift_is_accepted_and_a_wrong_tensor_refused(tree):
     for drift, accepted in ((1e-12, True), (1e-3, False)):
         past = states * (1 + drift)  # |xᴴx − I| ≈ 2·drift
         if tree == "reference":
-            run = lambda: model.reference.forward(params, np.array([[4]]), past=past, position=3)  # noqa: E731
+            run = lambda: model.reference.forward(params, np.array([[4]]), GroupTransformerCache(past, 3))  # noqa: E731
         else:
-            run = lambda: model.model(torch.tensor([[4]]), past=torch.from_numpy(past), position=3)  # noqa: E731
+            run = lambda: model.model(  # noqa: E731
+                torch.tensor([[4]]), manifold_impl.group_transformer.GroupTransformerCache(torch.from_numpy(past), 3))
         if accepted:
             run()
         else:

@@ -2,7 +2,7 @@
 
 Oracles: the ``xlstm`` package's ``mLSTMLayer`` (and its LayerNorm) for the architecture and the
 plain read; closed forms from an SVD for the Newton–Schulz and polar reads; the NumPy reference
-for the torch tree (parity, SPEC §8, via ``parity_tests.mlstm_harness``).
+for the torch tree (parity, SPEC §8, via ``parity_tests.harness``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import torch
 import manifold_impl.mlstm
 import reference.mlstm
 from manifold_impl.losses import cross_entropy as torch_cross_entropy
-from parity_tests.harness import DTYPES, relative_error, to_torch
-from parity_tests.mlstm_harness import mlstm_parity
+from parity_tests.harness import DTYPES, parity, relative_error, to_torch
 from parity_tests.tolerances import PARITY, READ_CLOSED_FORM_ATOL, XLSTM_ORACLE
 from reference.config import NS_COEFFICIENTS, MLSTMConfig
 from reference.losses import cross_entropy as reference_cross_entropy
@@ -178,7 +177,7 @@ def _assert_passes(report):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("read", list(READ_CASES.values()), ids=list(READ_CASES))
 def test_parity(read, dtype):
-    report = mlstm_parity(MLSTMConfig(80, **read), seed=0, dtype=dtype, batch=BATCH, length=LENGTH)
+    report = parity(MLSTMConfig(80, **read), seed=0, dtype=dtype, batch=BATCH, length=LENGTH)
     _assert_passes(report)
     if read["read"] == "polar":
         assert report["skipped"] == ["gradients", "optimizer_step"]
@@ -188,7 +187,7 @@ def test_parity(read, dtype):
 
 @pytest.mark.parametrize("read", ["plain", "ns"])
 def test_parity_small_architecture(read):
-    report = mlstm_parity(MLSTMConfig(**SMALL, read=read), seed=5, dtype="float64", batch=3, length=7)
+    report = parity(MLSTMConfig(**SMALL, read=read), seed=5, dtype="float64", batch=3, length=7)
     _assert_passes(report)
 
 
@@ -197,7 +196,7 @@ def test_parity_small_architecture(read):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("read", list(READ_CASES.values()), ids=list(READ_CASES))
 def test_parity_more_seeds_longer(read, dtype, seed):
-    report = mlstm_parity(MLSTMConfig(80, **read), seed=seed, dtype=dtype, batch=3, length=40, chunk_size=16)
+    report = parity(MLSTMConfig(80, **read), seed=seed, dtype=dtype, batch=3, length=40, chunk_size=16)
     _assert_passes(report)
 
 
@@ -360,17 +359,17 @@ def test_bad_state_raises(tree):
     if tree == "reference":
         model = reference.mlstm.MLSTM(config)
         params = model.init_params(np.random.default_rng(0))
-        _, state = model.forward(params, tokens)
-        bad = state._replace(memory=state.memory[:1])
+        _, cache = model.forward(params, tokens)
+        bad = cache._replace(state=cache.state._replace(memory=cache.state.memory[:1]))
         with pytest.raises(ValueError, match="state.memory"):
-            model.forward(params, tokens, state=bad)
+            model.forward(params, tokens, bad)
     else:
         model = manifold_impl.mlstm.MLSTM(config)
         with torch.no_grad():
-            _, state = model(torch.from_numpy(tokens))
-            bad = state._replace(stabilizer=state.stabilizer[..., None])
+            _, cache = model(torch.from_numpy(tokens))
+            bad = cache._replace(state=cache.state._replace(stabilizer=cache.state.stabilizer[..., None]))
             with pytest.raises(ValueError, match="state.stabilizer"):
-                model(torch.from_numpy(tokens), state=bad)
+                model(torch.from_numpy(tokens), bad)
 
 
 BAD_CONFIGS = {

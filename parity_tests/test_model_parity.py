@@ -11,7 +11,7 @@ import torch
 import parity_tests.harness
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from parity_tests import check
-from parity_tests.harness import group_rnn_parity, to_torch
+from parity_tests.harness import parity, to_torch
 from parity_tests.tolerances import SAMPLING_SIGMAS
 from reference.config import GROUP_NAMES, GroupRNNConfig
 from reference.group_rnn import GroupRNN
@@ -30,7 +30,7 @@ VARIANTS = {
 @pytest.mark.parametrize("group", GROUP_NAMES)
 def test_group_rnn_parity(group, variant, dtype):
     config = GroupRNNConfig(vocab_size=11, group=group, n=4, embedding_dim=6, **VARIANTS[variant])
-    report = group_rnn_parity(config, seed=3, dtype=dtype, batch=2, length=6)
+    report = parity(config, seed=3, dtype=dtype, batch=2, length=6)
     assert report["pass"], json.dumps(report, indent=1)
 
 
@@ -112,7 +112,7 @@ def test_cli_prints_one_json_object_and_passes():
 def test_cli_exit_codes(monkeypatch, capsys):
     assert check.main(["--group", "O", "--n", "1"]) == 2  # 0-dimensional algebra: refused
     assert "0-dimensional" in json.loads(capsys.readouterr().out)["error"]
-    monkeypatch.setattr(parity_tests.harness, "group_rnn_parity", lambda *a, **k: {"pass": False})
+    monkeypatch.setattr(parity_tests.harness, "parity", lambda *a, **k: {"pass": False})
     assert check.main(["--group", "O", "--n", "3"]) == 1
 
 

@@ -1,4 +1,4 @@
-"""The acceptance sweeps of the parity CLI's harnesses (slow: ``make test-slow``).
+"""The acceptance sweeps of the parity CLI's harness (slow: ``make test-slow``).
 
 Group RNN: every group, n = 2..8, float64 and float32, random options and seeds. Transformer:
 every group and both attention variants, n = 2..6, 1-3 layers, 1-4 heads. mLSTM: every read,
@@ -10,9 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from parity_tests.harness import group_rnn_parity
-from parity_tests.mlstm_harness import mlstm_parity
-from parity_tests.transformer_harness import group_transformer_parity
+from parity_tests.harness import parity
 from reference.config import GROUP_NAMES, MLSTM_READS, GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
 pytestmark = pytest.mark.slow
@@ -37,7 +35,7 @@ def test_group_rnn_sweep(group, n, dtype):
     rng, extra = options(1000 * n + GROUP_NAMES.index(group))
     config = GroupRNNConfig(vocab_size=13, group=group, n=n, embedding_dim=16, recurrent=bool(rng.integers(2)),
                             reproject_every=[None, 1, 3][int(rng.integers(3))], **extra)
-    report = group_rnn_parity(config, seed=int(rng.integers(10**6)), dtype=dtype)
+    report = parity(config, seed=int(rng.integers(10**6)), dtype=dtype)
     assert report["pass"], json.dumps(report, indent=1)
 
 
@@ -48,7 +46,7 @@ def test_group_transformer_sweep(group, n, attention, dtype):
     rng, extra = options(7 * n + GROUP_NAMES.index(group) + (100 if attention == "algebra" else 0))
     config = GroupTransformerConfig(vocab_size=11, group=group, n=n, attention=attention,
                                     num_layers=int(rng.integers(1, 4)), num_heads=int(rng.integers(1, 5)), **extra)
-    report = group_transformer_parity(config, seed=int(rng.integers(10**6)), dtype=dtype)
+    report = parity(config, seed=int(rng.integers(10**6)), dtype=dtype)
     assert report["pass"], json.dumps(report, indent=1)
 
 
@@ -56,5 +54,5 @@ def test_group_transformer_sweep(group, n, attention, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("read", MLSTM_READS)
 def test_mlstm_sweep(read, dtype, seed):
-    report = mlstm_parity(MLSTMConfig(vocab_size=80, read=read), seed=seed, dtype=dtype, length=8)
+    report = parity(MLSTMConfig(vocab_size=80, read=read), seed=seed, dtype=dtype, length=8)
     assert report["pass"], json.dumps(report, indent=1)

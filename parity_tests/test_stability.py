@@ -30,11 +30,11 @@ def test_float64_states_stay_on_the_group_for_a_thousand_steps(group):
     tokens = np.random.default_rng(0).integers(0, 11, size=(2, STABILITY_STEPS))
     torch_model = TorchGroupRNN(config, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        _, states = torch_model(torch.from_numpy(tokens))
-    assert unitarity_error(states[:, -1].numpy()) <= STABILITY_ATOL
+        _, cache = torch_model(torch.from_numpy(tokens))
+    assert unitarity_error(cache.states[:, -1].numpy()) <= STABILITY_ATOL
     reference = GroupRNN(config)
-    _, ref_states = reference.forward(reference.init_params(np.random.default_rng(0)), tokens)
-    assert unitarity_error(ref_states[:, -1]) <= STABILITY_ATOL
+    _, ref_cache = reference.forward(reference.init_params(np.random.default_rng(0)), tokens)
+    assert unitarity_error(ref_cache.states[:, -1]) <= STABILITY_ATOL
 
 
 @pytest.mark.parametrize("group", COMPACT)

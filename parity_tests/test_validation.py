@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
+from manifold_impl.group_rnn import GroupRNNCache as TorchGroupRNNCache
 from reference.config import GroupRNNConfig
-from reference.group_rnn import GroupRNN
+from reference.group_rnn import GroupRNN, GroupRNNCache
 
 CONFIG = GroupRNNConfig(vocab_size=10, group="SO", n=3)
 
@@ -58,11 +59,12 @@ def test_both_trees_reject_an_initial_state_off_the_group():
     tokens = np.array([[1, 2]])
     model = GroupRNN(CONFIG)
     with pytest.raises(ValueError, match="state is not on.*det"):
-        model.forward(model.init_params(np.random.default_rng(0)), tokens, state=reflection)
+        model.forward(model.init_params(np.random.default_rng(0)), tokens, GroupRNNCache(reflection, 0))
     with pytest.raises(ValueError, match="state is not on.*det"):
-        TorchGroupRNN(CONFIG, dtype=torch.float64)(torch.from_numpy(tokens), state=torch.from_numpy(reflection))
+        TorchGroupRNN(CONFIG, dtype=torch.float64)(torch.from_numpy(tokens),
+                                                   TorchGroupRNNCache(torch.from_numpy(reflection), 0))
     with pytest.raises(ValueError, match="state must have shape"):
-        TorchGroupRNN(CONFIG)(torch.from_numpy(tokens), state=torch.eye(3))
+        TorchGroupRNN(CONFIG)(torch.from_numpy(tokens), TorchGroupRNNCache(torch.eye(3), 0))
 
 
 BAD_CONFIGS = {

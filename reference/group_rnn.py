@@ -26,6 +26,8 @@ Parameters (keys and shapes = the torch ``state_dict``; m = n², or 2n² for com
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
@@ -35,7 +37,7 @@ from reference.linalg import realvec
 from reference.mixing import TangentMixing
 from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
 from reference.readouts import READOUTS
-from reference.validation import check_state, check_tokens
+from reference.validation import check_cache, check_state, check_tokens
 
 
 RECURRENT_GAIN = 0.05  # initial scale of U relative to W (see GroupRNNCell.param_spec)
@@ -85,6 +87,23 @@ class GroupRNNCell:
         return self.group.mul(state, self.group.exp(self.group.hat(c)))
 
 
+class GroupRNNCache(NamedTuple):
+    """What ``GroupRNN.forward`` needs to continue a sequence, and the states of the call that made it.
+
+    Attributes:
+        state: [B, n, n] H_p, the state after the first p tokens.
+        position: p, the global index of the next token (counts tokens from 0; it decides when
+            ``reproject_every`` re-projects).
+        states: [B, T, n, n] H_{p−T+1}..H_p, every state of the call that returned this cache
+            (drift measurements, the parity check that every state lies on G); ``forward`` does not
+            read it, so a cache built by hand may leave it None.
+    """
+
+    state: object
+    position: int
+    states: object = None
+
+
 class GroupRNN:
     """Reference group-state RNN LM. Functions of a parameter dict (see the module docstring)."""
 
@@ -109,24 +128,26 @@ class GroupRNN:
         """Raise ValueError unless keys and shapes match and group-valued entries lie on G."""
         check_params(self.param_spec(), params)
 
-    def forward(self, params, tokens, state=None, position=0):
+    def forward(self, params, tokens, cache=None):
         """Run the model over a batch of sequences.
 
         Args:
             params: parameter dict (see ``param_spec``).
             tokens: [B, T] integer ids in [0, V).
-            state: [B, n, n] state before the first token (default: H_0 for every sequence).
-            position: global index of the first token (for ``reproject_every`` when stepping).
+            cache: the ``GroupRNNCache`` an earlier call returned (continue after its tokens), or
+                one built by hand with a state on G and a position; None: start at H_0, position 0.
 
         Returns:
-            logits [B, T, V] and states [B, T, n, n] (H_1..H_T).
+            logits [B, T, V] and ``GroupRNNCache(H_{p+T}, p + T, states H_{p+1}..H_{p+T} [B, T, n, n])``.
         """
         tokens = check_tokens(tokens, self.config.vocab_size)
         batch, length = tokens.shape
-        if state is None:
-            state = anp.repeat(params["cell.initial_state"][None], batch, axis=0)  # [B, n, n]
+        if cache is None:
+            state, position = anp.repeat(params["cell.initial_state"][None], batch, axis=0), 0  # [B, n, n]
         else:
-            check_state(self.group, getval(state), batch)
+            cache = check_cache(cache, GroupRNNCache)
+            check_state(self.group, getval(cache.state), batch)
+            state, position = cache.state, cache.position
         embedded = params["embedding.weight"][tokens]  # [B, T, F]
         cell_params = sub_params(params, "cell.")
         every = self.config.reproject_every
@@ -137,4 +158,4 @@ class GroupRNN:
                 state = state + (self.group.nearest(getval(state)) - getval(state))  # straight-through
             states.append(state)
         states = anp.stack(states, axis=1)  # [B, T, n, n]
-        return self.readout(sub_params(params, "readout."), states), states
+        return self.readout(sub_params(params, "readout."), states), GroupRNNCache(state, position + length, states)

@@ -55,10 +55,10 @@ Decisions where SPEC §3 is silent:
   ``none`` or ``scalar``. The feed-forward sublayer (a function of realvec(H_i)), ``algebra``
   attention and ``lowrank`` mixing (a map of coordinates that does not commute with
   conjugation) break it, and so does GL, whose scores are not invariant (R is not unitary).
-- Incremental decoding: ``forward`` returns the state of every token before and after every
-  sublayer; fed back as ``past``, those states are the cache (keys and values are functions of
-  the sublayer-input states of earlier tokens), so stepping one token at a time equals the
-  full-sequence forward.
+- Incremental decoding: ``forward`` returns a ``GroupTransformerCache`` holding the state of every
+  token so far before and after every sublayer (``past``; keys and values are functions of the
+  sublayer-input states of earlier tokens) and the next position; fed back, stepping one token
+  at a time equals the full-sequence forward.
 
 Initial scales (``param_spec``): on the compact groups ‖realvec(H)‖² = n, so the maps that read
 realvec(H) (W_q, W_k, W_1) start with std 1/√n and give unit-variance coordinates: algebra
@@ -88,7 +88,7 @@ Parameters (keys and shapes = the torch ``state_dict``; F = feed-forward width):
     layers.{l}.feedforward.mixing.*
     readout.*                                            see reference.readouts
 
-States (``forward``'s second output): ``[B, S + 1, T, n, n]`` with S = ``config.num_sublayers``;
+States (``forward``'s cache, field ``past``): ``[B, S + 1, P, n, n]`` over the P tokens so far, with S = ``config.num_sublayers``;
 index 0 is the embedding H⁰, index s + 1 the output of sublayer s (layer l's attention is
 sublayer 2l and its feed-forward 2l + 1; without feed-forward, layer l is sublayer l).
 """
@@ -96,7 +96,7 @@ sublayer 2l and its feed-forward 2l + 1; without feed-forward, layer l is sublay
 from __future__ import annotations
 
 import math
-import numbers
+from typing import NamedTuple
 
 import autograd.numpy as anp
 import numpy as np
@@ -109,7 +109,7 @@ from reference.linalg import frobenius_inner, realvec
 from reference.mixing import TangentMixing
 from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
 from reference.readouts import READOUTS
-from reference.validation import check_tokens
+from reference.validation import check_cache, check_tokens
 
 
 def position_scale(group):
@@ -315,6 +315,21 @@ class GroupTransformerLayer:
         return outputs
 
 
+class GroupTransformerCache(NamedTuple):
+    """The states of the tokens so far and the next position: what ``GroupTransformer.forward``
+    needs to continue a sequence.
+
+    Attributes:
+        past: [B, S + 1, P, n, n] the state of each of the P tokens so far before and after every
+            sublayer (layout in the module docstring); every hidden state of those tokens, so after
+            a call without a cache, exactly that call's states. None: no earlier tokens.
+        position: global index i of the next token (P when the sequence started at position 0).
+    """
+
+    past: object
+    position: int
+
+
 class GroupTransformer:
     """Reference group-state Transformer LM. Functions of a parameter dict (module docstring)."""
 
@@ -340,37 +355,34 @@ class GroupTransformer:
         """Raise ValueError unless keys and shapes match and group-valued entries lie on G."""
         check_params(self.param_spec(), params)
 
-    def forward(self, params, tokens, past=None, position=0):
+    def forward(self, params, tokens, cache=None):
         """Run the model over a batch of sequences.
 
         Args:
             params: parameter dict (see ``param_spec``).
             tokens: [B, T] integer ids in [0, V).
-            past: the states ``[B, S + 1, P, n, n]`` an earlier call returned for the P preceding
-                tokens (the cache for stepping), or None.
-            position: global index i of ``tokens[:, 0]`` (an int ≥ 0; P when continuing ``past``
-                from position 0).
+            cache: the ``GroupTransformerCache`` an earlier call returned (continue after its
+                tokens), or one built by hand (e.g. ``GroupTransformerCache(None, i)``: start at
+                position i); None: no earlier tokens, position 0.
 
         Returns:
-            logits [B, T, V] and states [B, S + 1, T, n, n] (embedding, then every sublayer's output).
+            logits [B, T, V] and ``GroupTransformerCache(past ++ this call's states [B, S + 1, P + T, n, n],
+            position + T)`` (embedding, then every sublayer's output).
         """
         tokens = check_tokens(tokens, self.config.vocab_size)
-        _check_position(position)
-        if past is not None:
-            _check_past(self.group, getval(past), tokens.shape[0], self.config.num_sublayers)
+        past, position = None, 0
+        if cache is not None:
+            past, position = check_cache(cache, GroupTransformerCache)
+            if past is not None:
+                _check_past(self.group, getval(past), tokens.shape[0], self.config.num_sublayers)
         states = [self.embedding(sub_params(params, "embedding."), tokens, position)]
         for index, layer in enumerate(self.layers):
             cached = None if past is None else past[:, len(states) - 1]  # this attention's inputs
             states += layer(sub_params(params, f"layers.{index}."), states[-1], cached)
         logits = self.readout(sub_params(params, "readout."), states[-1])
-        return logits, anp.stack(states, axis=1)
-
-
-def _check_position(position):
-    if isinstance(position, bool) or not isinstance(position, numbers.Integral):
-        raise TypeError(f"position must be an int, got {type(position).__name__}")
-    if position < 0:
-        raise ValueError(f"position must be at least 0, got {position}")
+        states = anp.stack(states, axis=1)
+        past = states if past is None else anp.concatenate([past, states], axis=2)
+        return logits, GroupTransformerCache(past, position + tokens.shape[1])
 
 
 def _check_past(group, past, batch, sublayers):

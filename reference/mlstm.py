@@ -93,7 +93,7 @@ from autograd.tracer import getval
 
 from reference.config import MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR
 from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
-from reference.validation import check_tokens
+from reference.validation import check_cache, check_tokens
 
 
 class MLSTMState(NamedTuple):
@@ -110,6 +110,19 @@ class MLSTMState(NamedTuple):
     memory: object
     normalizer: object
     stabilizer: object
+
+
+class MLSTMCache(NamedTuple):
+    """What ``MLSTM.forward`` needs to continue a sequence.
+
+    Attributes:
+        state: the ``MLSTMState`` (conv history, C_t, n_t, m_t) after the tokens so far.
+        position: the global index of the next token (the mLSTM reads no positions; kept so that
+            every model's cache says where it stands).
+    """
+
+    state: MLSTMState
+    position: int
 
 
 def check_mlstm_state(config, state, batch):
@@ -418,23 +431,24 @@ class MLSTM:
         """Raise ValueError unless keys and shapes match."""
         check_params(self.param_spec(), params)
 
-    def forward(self, params, tokens, state=None):
+    def forward(self, params, tokens, cache=None):
         """Run the model over a batch of sequences.
 
         Args:
             params: parameter dict (see ``param_spec``).
             tokens: [B, T] integer ids in [0, V).
-            state: MLSTMState after a prefix (default: the start of a sequence).
+            cache: the ``MLSTMCache`` an earlier call returned (default: the start of a sequence).
 
         Returns:
-            logits [B, T, V] and the MLSTMState after the last token.
+            logits [B, T, V] and the ``MLSTMCache`` after the last token.
         """
         tokens = check_tokens(tokens, self.config.vocab_size)
-        if state is not None:
+        state, position = None, 0
+        if cache is not None:
+            state, position = check_cache(cache, MLSTMCache)
             state = check_mlstm_state(self.config, state, tokens.shape[0])
         embedded = params["embedding.weight"][tokens]  # [B, T, d]
         update, state = self.layer(sub_params(params, "layer."), self.norm(sub_params(params, "norm."), embedded),
                                    state)
         hidden = self.post_norm(sub_params(params, "post_norm."), embedded + update)
-        return hidden @ params["head.weight"].T + params["head.bias"], state
-
+        return hidden @ params["head.weight"].T + params["head.bias"], MLSTMCache(state, position + tokens.shape[1])
