@@ -75,7 +75,7 @@ PARITY_NS_QUINTIC = {"float64": PARITY["float64"], "float32": {"output": 1e-3, "
 # matrices of spectral norm ≤ 1.2).
 READ_CLOSED_FORM_ATOL = {"float64": 1e-12, "float32": 2e-5}
 
-# --- gradients that nearly cancel (every harness) ------------------------------------------------
+# --- gradients that nearly cancel (every model's parity) ------------------------------------------
 
 # Gradient parity of a parameter whose gradient nearly cancels. A scalar such as a mixing step
 # size α has ∂L/∂α = Σ_i <∂L/∂c_i, c_i>, a sum of terms of either sign: once measured at 1.2e-5
