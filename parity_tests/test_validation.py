@@ -1,12 +1,14 @@
 """Bad input raises a clear ValueError/TypeError naming the problem, before any work."""
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
 
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from manifold_impl.group_rnn import GroupRNNCache as TorchGroupRNNCache
-from reference.config import GroupRNNConfig
+from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 from reference.group_rnn import GroupRNN, GroupRNNCache
 
 CONFIG = GroupRNNConfig(vocab_size=10, group="SO", n=3)
@@ -95,3 +97,38 @@ def test_invalid_configs_are_refused(case):
 def test_the_config_is_frozen():
     with pytest.raises(AttributeError):
         CONFIG.n = 4
+
+
+
+MODELS = {  # module: (class name, config)
+    "group_rnn": ("GroupRNN", GroupRNNConfig(vocab_size=10, group="SO", n=3)),
+    "group_transformer": ("GroupTransformer", GroupTransformerConfig(vocab_size=10, group="SO", n=3, num_layers=1)),
+    "mlstm": ("MLSTM", MLSTMConfig(vocab_size=10)),
+}
+BAD_CACHES = {
+    "plain-tuple": (tuple, TypeError, "cache must be a {name}Cache"),
+    "negative-position": (lambda cache: cache._replace(position=-1), ValueError, "position must be at least 0"),
+    "float-position": (lambda cache: cache._replace(position=2.0), TypeError, "position must be an int"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CACHES))
+@pytest.mark.parametrize("module", list(MODELS))
+@pytest.mark.parametrize("tree", ["reference", "manifold_impl"])
+def test_every_model_refuses_a_cache_of_another_type_or_a_bad_position(tree, module, case):
+    name, config = MODELS[module]
+    corrupt, error, message = BAD_CACHES[case]
+    model_class = getattr(importlib.import_module(f"{tree}.{module}"), name)
+    tokens = np.array([[1, 2]])
+    if tree == "reference":
+        model = model_class(config)
+        params = model.init_params(np.random.default_rng(0))
+        _, cache = model.forward(params, tokens)
+        with pytest.raises(error, match=message.format(name=name)):
+            model.forward(params, tokens, corrupt(cache))
+    else:
+        model = model_class(config, dtype=torch.float64)
+        with torch.no_grad():
+            _, cache = model(torch.from_numpy(tokens))
+            with pytest.raises(error, match=message.format(name=name)):
+                model(torch.from_numpy(tokens), corrupt(cache))
