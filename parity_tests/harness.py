@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import autograd
 import numpy as np
@@ -202,9 +202,57 @@ def run_stepped(forward, tokens, concatenate):
     return concatenate(logits, 1), cache
 
 
+class Run(NamedTuple):
+    """One tree's results: the full-sequence call and the token-by-token one."""
+
+    logits: object
+    loss: object
+    cache: tuple
+    step_logits: object
+    step_cache: tuple
+
+
+def reference_run(adapter, reference_model, params, inputs, targets):
+    """The reference's ``Run`` and its ambient gradients (``{}`` when not differentiable)."""
+    logits, cache = reference_model.forward(params, inputs)
+    loss, grads = reference_cross_entropy(logits, targets), {}
+    if adapter.differentiable(reference_model.config):
+        loss, grads = reference_loss_and_grads(reference_model, params, inputs, targets)
+    step_logits, step_cache = run_stepped(functools.partial(reference_model.forward, params), inputs, np.concatenate)
+    return Run(logits, loss, cache, step_logits, step_cache), grads
+
+
+def torch_run(adapter, model, inputs, targets):
+    """Torch's ``Run``; the gradients are left in the parameters' ``.grad``."""
+    differentiable = adapter.differentiable(model.config)
+    with torch.set_grad_enabled(differentiable):
+        logits, cache = model(inputs)
+        loss = torch_cross_entropy(logits, targets)
+    if differentiable:
+        loss.backward()
+    with torch.no_grad():
+        step_logits, step_cache = run_stepped(model, inputs, torch.cat)
+    return Run(logits, loss, cache, step_logits, step_cache)
+
+
+def output_pairs(adapter, run, ref_run):
+    """``{quantity: (actual, expected)}``: torch against the reference (logits, loss, hidden
+    states, what the cache carries on), and in each tree the stepped run against the full one."""
+    pairs = {"logits": (run.logits, ref_run.logits), "loss": (run.loss, ref_run.loss)}
+    if adapter.hidden_states is not None:
+        pairs["states"] = (adapter.hidden_states(run.cache), adapter.hidden_states(ref_run.cache))
+    carried, ref_carried = adapter.continuation(run.cache), adapter.continuation(ref_run.cache)
+    pairs |= {f"cache.{key}": (value, ref_carried[key]) for key, value in carried.items()}
+    for tree, tree_run, full in (("torch", run, carried), ("reference", ref_run, ref_carried)):
+        pairs[f"stepwise_{tree}"] = (tree_run.step_logits, tree_run.logits)
+        pairs |= {f"stepwise_{tree}:cache.{key}": (value, full[key])
+                  for key, value in adapter.continuation(tree_run.step_cache).items()}
+    return pairs
+
+
 def optimizer_step(adapter, model, spec, params, ref_grads, dtype):
     """One step of the adapter's optimizer in each tree from each tree's own gradients (torch's
-    in ``model``'s ``.grad``): (``{key: relative error after the step}``, torch's parameters after it)."""
+    in ``model``'s ``.grad``): ``{key: relative error after the step}``."""
     eps = ADAM_EPS[dtype]
     if adapter.optimizer == "riemannian":
         TorchRiemannianAdam(model.parameters(), lr=ADAM_LR, eps=eps).step()
@@ -213,7 +261,7 @@ def optimizer_step(adapter, model, spec, params, ref_grads, dtype):
         TorchAdamW(model.parameters(), lr=ADAM_LR, eps=eps, weight_decay=ADAMW_WEIGHT_DECAY).step()
         stepped = ReferenceAdamW(lr=ADAM_LR, eps=eps, weight_decay=ADAMW_WEIGHT_DECAY).step(params, ref_grads)
     after = dict(model.named_parameters())
-    return {key: relative_error(after[key], stepped[key]) for key in stepped}, after
+    return {key: relative_error(after[key], stepped[key]) for key in stepped}
 
 
 def parity(config, seed=0, dtype="float64", batch=2, length=None, device="cpu", **torch_options):
@@ -225,70 +273,45 @@ def parity(config, seed=0, dtype="float64", batch=2, length=None, device="cpu", 
     adapter = adapter_for(config)
     length = adapter.length if length is None else length
     torch_options = {**adapter.torch_options, **torch_options}
-    torch_dtype = DTYPES[dtype]
-    differentiable = adapter.differentiable(config)
     reference_model = adapter.reference(config)
     spec = reference_model.param_spec()
     params, inputs, targets = draw_problem(reference_model, config.vocab_size, seed, batch, length)
+    ref_run, ref_grads = reference_run(adapter, reference_model, params, inputs, targets)  # float64
+    model = adapter.torch(config, device=device, dtype=DTYPES[dtype], **torch_options)
+    model.load_state_dict(to_torch(params, DTYPES[dtype], device))
+    run = torch_run(adapter, model, torch.from_numpy(inputs).to(device), torch.from_numpy(targets).to(device))
 
-    # reference, float64
-    ref_logits, ref_cache = reference_model.forward(params, inputs)
-    ref_loss, ref_grads = reference_cross_entropy(ref_logits, targets), {}
-    if differentiable:
-        ref_loss, ref_grads = reference_loss_and_grads(reference_model, params, inputs, targets)
-    ref_step_logits, ref_step_cache = run_stepped(functools.partial(reference_model.forward, params), inputs,
-                                                  np.concatenate)
-
-    # torch
-    model = adapter.torch(config, device=device, dtype=torch_dtype, **torch_options)
-    model.load_state_dict(to_torch(params, torch_dtype, device))
-    inputs_t = torch.from_numpy(inputs).to(device)
-    with torch.set_grad_enabled(differentiable):
-        logits, cache = model(inputs_t)
-        loss = torch_cross_entropy(logits, torch.from_numpy(targets).to(device))
-    if differentiable:
-        loss.backward()
-    with torch.no_grad():
-        step_logits, step_cache = run_stepped(model, inputs_t, torch.cat)
-
-    continuation, ref_continuation = adapter.continuation(cache), adapter.continuation(ref_cache)
-    pairs = {"logits": (logits, ref_logits), "loss": (loss, ref_loss)}  # (actual, expected)
-    if adapter.hidden_states is not None:
-        pairs["states"] = (adapter.hidden_states(cache), adapter.hidden_states(ref_cache))
-    pairs |= {f"cache.{key}": (value, ref_continuation[key]) for key, value in continuation.items()}
-    pairs["stepwise_torch"] = (step_logits, logits)
-    pairs["stepwise_reference"] = (ref_step_logits, ref_logits)
-    for tree, stepped, full in (("torch", adapter.continuation(step_cache), continuation),
-                                ("reference", adapter.continuation(ref_step_cache), ref_continuation)):
-        pairs |= {f"stepwise_{tree}:cache.{key}": (value, full[key]) for key, value in stepped.items()}
+    pairs = output_pairs(adapter, run, ref_run)
     shapes_differ = sorted(name for name, (actual, expected) in pairs.items()
                            if as_numpy(actual).shape != as_numpy(expected).shape)
     errors = {name: relative_error(*pair) for name, pair in pairs.items() if name not in shapes_differ}
-    positions = {"torch": cache.position, "reference": ref_cache.position,
-                 "stepwise_torch": step_cache.position, "stepwise_reference": ref_step_cache.position}
-
+    positions = {"torch": run.cache.position, "reference": ref_run.cache.position,
+                 "stepwise_torch": run.step_cache.position, "stepwise_reference": ref_run.step_cache.position}
     tol = adapter.tolerance(config, dtype)
     checks = {"outputs": not shapes_differ and max(errors.values()) <= tol["output"],
               "cache_positions": all(position == length for position in positions.values())}
-    skipped, grad_errors, missing, key_mismatch, step_errors, after = [], {}, [], [], {}, {}
-    if differentiable:
+
+    skipped, grad_errors, missing, key_mismatch, step_errors = [], {}, [], [], {}
+    if adapter.differentiable(config):
         grads = {key: p.grad for key, p in model.named_parameters()}
         grad_errors, missing, key_mismatch = gradient_errors(grads, ref_grads, dtype)
         checks["gradients"] = (not missing and not key_mismatch and len(grad_errors) == len(spec)
                                and max(grad_errors.values()) <= tol["gradient"])
-        step_errors, after = optimizer_step(adapter, model, spec, params, ref_grads, dtype)
+        step_errors = optimizer_step(adapter, model, spec, params, ref_grads, dtype)
         checks["optimizer_step"] = max(step_errors.values()) <= tol["gradient"]
     else:
         skipped = ["gradients", "optimizer_step"]
-    report_membership = {}
-    if adapter.hidden_states is not None:
-        report_membership = {
-            "states_torch": max_membership_error(model.group, adapter.hidden_states(cache)),
-            "states_reference": max_membership_error(reference_model.group, adapter.hidden_states(ref_cache)),
+
+    membership = {}
+    if adapter.hidden_states is not None:  # every hidden state, and every group-valued parameter after the step
+        after = dict(model.named_parameters())
+        membership = {
+            "states_torch": max_membership_error(model.group, adapter.hidden_states(run.cache)),
+            "states_reference": max_membership_error(reference_model.group, adapter.hidden_states(ref_run.cache)),
             **{f"after_step_torch:{key}": max_membership_error(model.group, after[key])
                for key, s in spec.items() if s.group is not None},
         }
-        checks["on_group"] = max(report_membership.values()) <= MEMBERSHIP_ATOL[dtype]
+        checks["on_group"] = max(membership.values()) <= MEMBERSHIP_ATOL[dtype]
     return {
         "model": adapter.name,
         "config": {key: getattr(config, key) for key in config.__dataclass_fields__},
@@ -300,9 +323,9 @@ def parity(config, seed=0, dtype="float64", batch=2, length=None, device="cpu", 
         "gradient_errors": grad_errors,
         "gradient_keys": {"missing_in_torch": missing, "mismatched": key_mismatch},
         "optimizer_step_errors": step_errors,
-        "membership_errors": report_membership,
+        "membership_errors": membership,
         "skipped": skipped,
-        "tolerances": {**tol, **({"membership": MEMBERSHIP_ATOL[dtype]} if report_membership else {})},
+        "tolerances": {**tol, **({"membership": MEMBERSHIP_ATOL[dtype]} if membership else {})},
         "checks": checks,
         "pass": bool(all(checks.values())),
     }
