@@ -158,4 +158,5 @@ class GroupRNN:
                 state = state + (self.group.nearest(getval(state)) - getval(state))  # straight-through
             states.append(state)
         states = anp.stack(states, axis=1)  # [B, T, n, n]
-        return self.readout(sub_params(params, "readout."), states), GroupRNNCache(state, position + length, states)
+        cache = GroupRNNCache(states[:, -1], position + tokens.shape[1], states)
+        return self.readout(sub_params(params, "readout."), states), cache

@@ -88,9 +88,10 @@ Parameters (keys and shapes = the torch ``state_dict``; F = feed-forward width):
     layers.{l}.feedforward.mixing.*
     readout.*                                            see reference.readouts
 
-States (``forward``'s cache, field ``past``): ``[B, S + 1, P, n, n]`` over the P tokens so far, with S = ``config.num_sublayers``;
-index 0 is the embedding H⁰, index s + 1 the output of sublayer s (layer l's attention is
-sublayer 2l and its feed-forward 2l + 1; without feed-forward, layer l is sublayer l).
+States (``forward``'s cache, field ``past``): ``[B, S + 1, P, n, n]`` over the P tokens so far,
+with S = ``config.num_sublayers``; index 0 is the embedding H⁰, index s + 1 the output of
+sublayer s (layer l's attention is sublayer 2l and its feed-forward 2l + 1; without
+feed-forward, layer l is sublayer l).
 """
 
 from __future__ import annotations
