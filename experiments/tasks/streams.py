@@ -5,11 +5,12 @@ Every generator of ``copying``, ``bits`` and ``words`` draws from an explicit
 labelled at every position. ``stream(seed, split, length)`` gives the generator of one split:
 
 * ``stream(seed, "train")`` feeds training batches;
-* ``stream(seed, "test", length)`` feeds the test set at one length.
+* ``stream(seed, "valid", length)`` and ``stream(seed, "test", length)`` feed the validation and
+  test sets at one length.
 
-They come from ``numpy.random.SeedSequence(seed, spawn_key=(split, length))``: NumPy's
-construction for independent child streams, so the test sets never share draws with training
-(nor with each other), and a test set at a given length is the same whatever was trained.
+They come from ``numpy.random.SeedSequence(seed, spawn_key=(split index, length))``: NumPy's
+construction for independent child streams, so evaluation sets never share draws with training
+(nor with each other), and an evaluation set at a given length is the same whatever was trained.
 
 The study trains on lengths up to ``TRAIN_MAX_LENGTH`` and tests at ``TEST_LENGTHS``; the copy
 task trains and tests at each fixed delay in ``copying.COPY_DELAYS``. ``curriculum_length`` is the
@@ -22,7 +23,7 @@ import numpy as np
 
 TRAIN_MAX_LENGTH = 64
 TEST_LENGTHS = (64, 128, 256, 512, 1024)
-SPLITS = ("train", "test")
+SPLITS = ("train", "valid", "test")
 
 
 def require_int(name, value, minimum):
@@ -48,8 +49,8 @@ def stream(seed, split, length=0):
 
     Args:
         seed: the run's seed (int ≥ 0).
-        split: ``"train"`` or ``"test"``.
-        length: the test length (a separate, fixed test set per length); 0 for training.
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        length: the evaluation length (a separate, fixed set per length); 0 for training.
 
     Returns:
         ``numpy.random.Generator`` on ``SeedSequence(seed, spawn_key=(split index, length))``.
