@@ -66,8 +66,9 @@ def test_stream_and_curriculum_refuse_bad_input(call, error):
 
 def copy_by_hand(symbols, delay):
     """One sequence of the copy task, built position by position."""
-    inputs = list(symbols) + [0] * delay + [9] + [0] * 9
-    targets = [0] * (delay + 10) + list(symbols)
+    count = len(symbols)
+    inputs = list(symbols) + [0] * delay + [9] + [0] * (count - 1)
+    targets = [0] * (delay + count) + list(symbols)
     return inputs, targets
 
 
@@ -100,27 +101,41 @@ def test_copy_baseline_hand_values(delay, expected):
     assert baseline_loss(delay) == pytest.approx(expected, abs=1e-10)
 
 
-@pytest.mark.parametrize("delay", [0, 7, 100])
-def test_copy_baseline_is_the_memoryless_predictor_loss(delay):
+@pytest.mark.parametrize("delay, copy_length", [(0, 10), (7, 10), (100, 10), (5, 1), (3, 4)])
+def test_copy_baseline_is_the_memoryless_predictor_loss(delay, copy_length):
     """The best memoryless predictor: blank where blanks are due, uniform over 8 symbols elsewhere."""
-    _, targets = copy_batch(np.random.default_rng(1), 32, delay)
+    _, targets = copy_batch(np.random.default_rng(1), 32, delay, copy_length)
     probabilities = np.zeros(targets.shape + (copying.VOCAB_SIZE,))
-    probabilities[:, :delay + 10, 0] = 1.0
-    probabilities[:, delay + 10:, 1:9] = 1 / 8
+    probabilities[:, :delay + copy_length, 0] = 1.0
+    probabilities[:, delay + copy_length:, 1:9] = 1 / 8
     picked = np.take_along_axis(probabilities, targets[..., None], axis=-1)[..., 0]
-    assert -np.log(picked).mean() == pytest.approx(baseline_loss(delay), rel=1e-12)
+    assert -np.log(picked).mean() == pytest.approx(baseline_loss(delay, copy_length), rel=1e-12)
+
+
+@pytest.mark.parametrize("delay, copy_length", [(0, 1), (6, 3)])
+def test_shorter_copies_match_construction_by_hand(delay, copy_length):
+    inputs, targets = copy_batch(np.random.default_rng(2), 4, delay, copy_length)
+    assert inputs.shape == (4, delay + 2 * copy_length)
+    for row_in, row_out in zip(inputs, targets):
+        assert (row_in.tolist(), row_out.tolist()) == copy_by_hand(row_in[:copy_length].tolist(), delay)
+
+
+def test_copy_hand_example_with_two_symbols():
+    inputs, targets = copy_example([[3, 8]], delay=2)
+    assert inputs.tolist() == [[3, 8, 0, 0, 9, 0]] and targets.tolist() == [[0, 0, 0, 0, 3, 8]]
 
 
 @pytest.mark.parametrize("call, error", [
-    (lambda: copy_example([[1] * 9], 5), ValueError),
+    (lambda: copy_example(np.ones((2, 0), dtype=int), 5), ValueError),
     (lambda: copy_example([[0] + [1] * 9], 5), ValueError),
     (lambda: copy_example([[9] + [1] * 9], 5), ValueError),
     (lambda: copy_example([[1.0] * 10], 5), TypeError),
     (lambda: copy_example([[1] * 10], -1), ValueError),
     (lambda: copy_batch(0, 4, 10), TypeError),
     (lambda: copy_batch(np.random.default_rng(0), 0, 10), ValueError),
-], ids=["nine-symbols", "blank-symbol", "marker-symbol", "float-symbols", "negative-delay", "seed-not-generator",
-        "empty-batch"])
+    (lambda: copy_batch(np.random.default_rng(0), 2, 10, 0), ValueError),
+], ids=["no-symbols", "blank-symbol", "marker-symbol", "float-symbols", "negative-delay", "seed-not-generator",
+        "empty-batch", "copy-length-0"])
 def test_copy_refuses_bad_input(call, error):
     with pytest.raises(error):
         call()

@@ -14,6 +14,9 @@ A memoryless model can at best emit blanks where they are due and guess uniforml
 positions: cross-entropy ``10 · ln 8 / (T + 20)`` nats per position (``baseline_loss``), the line
 every result is reported against.
 
+The benchmark copies K = ``COPY_LENGTH`` = 10 symbols; every function takes another K (length
+T + 2K, baseline K · ln 8 / (T + 2K)) for small smoke runs.
+
 Worked example (delay T = 2, length 22): the marker is at position 12 = 10 + T, the symbols are
 due at positions 12–21.
 
@@ -40,46 +43,48 @@ VOCAB_SIZE = NUM_SYMBOLS + 2
 COPY_DELAYS = (100, 500, 1000, 2000)
 
 
-def sequence_length(delay):
-    """T + 20: the symbols, the delay, the marker and the 9 blanks after it."""
-    return require_int("delay", delay, 0) + 2 * COPY_LENGTH
+def sequence_length(delay, copy_length=COPY_LENGTH):
+    """T + 2K: the K symbols, the delay, the marker and the K − 1 blanks after it."""
+    return require_int("delay", delay, 0) + 2 * require_int("copy_length", copy_length, 1)
 
 
-def baseline_loss(delay):
-    """Memoryless cross-entropy per position, ``10 · ln 8 / (T + 20)`` nats."""
-    return COPY_LENGTH * math.log(NUM_SYMBOLS) / sequence_length(delay)
+def baseline_loss(delay, copy_length=COPY_LENGTH):
+    """Memoryless cross-entropy per position, ``K · ln 8 / (T + 2K)`` nats (K = 10: ``10 · ln 8 / (T + 20)``)."""
+    return copy_length * math.log(NUM_SYMBOLS) / sequence_length(delay, copy_length)
 
 
 def copy_example(symbols, delay):
     """Inputs and targets for given symbols.
 
     Args:
-        symbols: [B, 10] ints in 1..8.
+        symbols: [B, K] ints in 1..8 (K = 10 in the benchmark).
         delay: T ≥ 0 blanks between the symbols and the marker.
 
     Returns:
-        inputs, targets: int64 ``[B, T + 20]``.
+        inputs, targets: int64 ``[B, T + 2K]``.
     """
     symbols = np.asarray(symbols)
-    if symbols.ndim != 2 or symbols.shape[1] != COPY_LENGTH:
-        raise ValueError(f"symbols must have shape [B, {COPY_LENGTH}], got {symbols.shape}")
+    if symbols.ndim != 2 or symbols.shape[1] < 1:
+        raise ValueError(f"symbols must have shape [B, K] with K ≥ 1, got {symbols.shape}")
     if not np.issubdtype(symbols.dtype, np.integer):
         raise TypeError(f"symbols must be integers, got dtype {symbols.dtype}")
     if symbols.size and (symbols.min() < 1 or symbols.max() > NUM_SYMBOLS):
         raise ValueError(f"symbols must lie in 1..{NUM_SYMBOLS}, got values in "
                          f"[{symbols.min()}, {symbols.max()}]")
-    length = sequence_length(delay)
+    count = symbols.shape[1]
+    length = sequence_length(delay, count)
     inputs = np.full((symbols.shape[0], length), BLANK, dtype=np.int64)
     targets = np.full_like(inputs, BLANK)
-    inputs[:, :COPY_LENGTH] = symbols
-    inputs[:, length - COPY_LENGTH] = MARKER
-    targets[:, length - COPY_LENGTH:] = symbols
+    inputs[:, :count] = symbols
+    inputs[:, length - count] = MARKER
+    targets[:, length - count:] = symbols
     return inputs, targets
 
 
-def copy_batch(generator, batch, delay):
-    """A batch of the copy task with uniform symbols: ``inputs, targets: [batch, delay + 20]``."""
+def copy_batch(generator, batch, delay, copy_length=COPY_LENGTH):
+    """A batch of the copy task with uniform symbols: ``inputs, targets: [batch, delay + 2K]``."""
     generator = require_generator(generator)
     batch = require_int("batch", batch, 1)
-    symbols = generator.integers(1, NUM_SYMBOLS + 1, size=(batch, COPY_LENGTH))
+    copy_length = require_int("copy_length", copy_length, 1)
+    symbols = generator.integers(1, NUM_SYMBOLS + 1, size=(batch, copy_length))
     return copy_example(symbols, delay)
