@@ -86,30 +86,30 @@ def spread(draws=2000):
 
 # --- 2. loss landscape -----------------------------------------------------------------------------
 
-def position_weights():
+def position_weights(max_length=MAX_LENGTH):
     """w[t, k]: share of scored positions that are position t (1-based) holding k 1-bits so far.
 
-    A batch has length L uniform in [MIN_LENGTH, MAX_LENGTH] and the loss averages its L positions,
-    so position t ≤ L weighs 1/L, and k ~ Binomial(t, 1/2) there. ``[MAX_LENGTH + 1, MAX_LENGTH + 1]``
+    A batch has length L uniform in [MIN_LENGTH, max_length] and the loss averages its L positions,
+    so position t ≤ L weighs 1/L, and k ~ Binomial(t, 1/2) there. ``[max_length + 1, max_length + 1]``
     (row 0 unused).
     """
-    weights = np.zeros((MAX_LENGTH + 1, MAX_LENGTH + 1))
-    lengths = np.arange(MIN_LENGTH, MAX_LENGTH + 1)
+    weights = np.zeros((max_length + 1, max_length + 1))
+    lengths = np.arange(MIN_LENGTH, max_length + 1)
     for length in lengths:
         for t in range(1, length + 1):
             weights[t, : t + 1] += scipy.stats.binom.pmf(np.arange(t + 1), t, 0.5) / (length * len(lengths))
     return weights
 
 
-def _phases(theta0, theta1):
-    """φ = (t − k)θ_0 + kθ_1 at every (t, k), and the sign +1 of odd targets: ``[T+1, T+1]`` each."""
-    t, k = np.meshgrid(np.arange(MAX_LENGTH + 1), np.arange(MAX_LENGTH + 1), indexing="ij")
+def _phases(theta0, theta1, size):
+    """φ = (t − k)θ_0 + kθ_1 at every (t, k) < size, and the sign +1 of odd targets: ``[size, size]`` each."""
+    t, k = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
     return (t - k) * theta0 + k * theta1, np.where(k % 2, 1.0, -1.0)
 
 
 def fixed_readout_loss(theta0, theta1, weights, kappa=KAPPA):
     """Expected loss with the ideal readout of the exact solution: P(odd) = sigmoid(−κ cos φ)."""
-    phase, sign = _phases(theta0, theta1)
+    phase, sign = _phases(theta0, theta1, len(weights))
     return float(np.sum(weights * np.logaddexp(0.0, kappa * np.cos(phase) * sign)))
 
 
@@ -119,7 +119,7 @@ def profile_loss(theta0, theta1, weights, ridge=1e-6):
     This is what any readout of an SO(2) state can reach (the linear readout of realvec(H) sees
     exactly cos φ and sin φ; the prototype readout a subset without the bias).
     """
-    phase, sign = _phases(theta0, theta1)
+    phase, sign = _phases(theta0, theta1, len(weights))
     mask = weights > 0
     w, y, phase = weights[mask], sign[mask], phase[mask]
     features = np.stack([np.cos(phase), np.sin(phase), np.ones_like(phase)], axis=1)
@@ -173,6 +173,12 @@ def landscape(points=721, grid=72):
     profile = np.array([[profile_loss(a, b, weights) for b in axis] for a in axis])  # [θ_0, θ_1]
     shares = ", ".join(f"< {level}: {np.mean(profile < level):.4f}" for level in (0.68, 0.6, 0.3, 0.1))
     print(f"  whole torus ({grid}×{grid} grid of (θ_0, θ_1)), best readout: share with loss {shares}")
+    # the clock's basin against the longest training length (why a curriculum helps)
+    offsets = (0.1, 0.3, 0.6, 1.0)
+    print(f"  θ_1 = θ_0 + π, best readout, by longest training length (lengths 2–L): loss at θ_0 = {offsets}")
+    for longest in (5, 10, 20, 40, 64):
+        shorter = position_weights(longest)
+        print(f"    L = {longest:2d}: " + " ".join(f"{profile_loss(a, a + np.pi, shorter):.3f}" for a in offsets))
     return profile
 
 
