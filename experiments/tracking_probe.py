@@ -1,22 +1,25 @@
-"""Why an input-driven SO(2) RNN stays at chance on parity (issue 14 item 3, a first look).
+"""Why an input-driven SO(2) RNN often stays at chance on parity (issue 14 item 3, a first look).
 
     python -m experiments.tracking_probe [--part spread|landscape|train|all] [--seeds 3]
 
-Single-threaded; each part runs in well under two minutes on one core. Three questions:
+Single-threaded; every training run takes seconds, the whole probe a few minutes. The SO(2) state
+after t bits with k ones is the rotation by φ = (t − k)θ_0 + kθ_1, where θ_v is token v's angle;
+parity is solved exactly by θ_0 ≡ 0 and θ_1 ≡ π (mod 2π), i.e. by the relative angle δ = θ_1 − θ_0 = π
+and a still "clock" θ_0 = 0. Three questions:
 
-1. ``spread``: the initial rotation angle θ_v of each token, exp(hat(W e_v + b)) = R(θ_v), over many
-   default initializations. Parity is solved exactly by θ_0 ≡ 0 and θ_1 ≡ π (mod 2π).
-2. ``landscape``: the expected training loss (lengths uniform in 2–40, every position scored) as a
-   function of θ_1 with θ_0 = 0, computed exactly over the binomial law of the number k of 1-bits
-   at each position, for (a) the ideal fixed readout (odd − even logit = −κ cos φ) and (b) the best
-   linear readout of (cos φ, sin φ) for each θ_1 (a profile: what an optimal readout sees); then
-   the basin around π in which the profile decreases monotonically toward π.
+1. ``spread``: the initial angles θ_v (exp(hat(W e_v + b)) = R(θ_v)) over many default inits.
+2. ``landscape``: the expected training loss (lengths uniform in 2–40, every position scored),
+   computed exactly over the binomial law of k at each position, along two slices of the (θ_0, θ_1)
+   torus (θ_1 with θ_0 = 0; θ_0 with δ = π) and over the whole torus, for (a) the ideal fixed readout
+   (odd − even logit = −κ cos φ) and (b) the best logistic readout of (cos φ, sin φ, 1) at each point
+   (a profile: what any readout of the state can reach); and the clock's basin against the longest
+   training length.
 3. ``train``: 400 steps of batch 64, lengths 2–40, lr 1e-2 (AdamW and RiemannianAdam, clip 1,
    cosine schedule: experiments.train's defaults): the default model (linear readout), the
-   prototype readout, the default model with its initial angles set by hand, a length curriculum,
-   and the LSTM of hidden size 32, with accuracy at lengths 40, 256 and 1024.
+   prototype readout, hand-set initial angles, a length curriculum, smaller learning rates, and the
+   LSTM of hidden size 32, with accuracy at lengths 40, 256 and 1024 and the angles' trajectory.
 
-Nothing here changes a library default; the hand-set angles are written into a default model.
+Nothing here changes a library default; hand-set angles are written into a default model's input map.
 """
 
 from __future__ import annotations
