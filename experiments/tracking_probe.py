@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from experiments.baselines import LSTMConfig
 from experiments.models import build_model
 from experiments.tasks.bits import parity_batch
-from experiments.tasks.streams import curriculum_length, stream
+from experiments.tasks.base import split_generator
+from experiments.tasks.sequences import curriculum_length
 from manifold_impl.optim import AdamW, RiemannianAdam
 from reference.config import GroupRNNConfig
 
@@ -201,8 +202,8 @@ def evaluate(model, seed, batch=64):
     """Accuracy over all positions and at the last one, per test length."""
     out = {}
     with torch.no_grad():
-        for length in TEST_LENGTHS:
-            inputs, targets = parity_batch(stream(seed, "test", length), batch, length)
+        for length, generator in zip(TEST_LENGTHS, split_generator(seed, "test").spawn(len(TEST_LENGTHS))):
+            inputs, targets = parity_batch(generator, batch, length)
             logits, _ = model(torch.from_numpy(inputs))
             right = logits.argmax(-1).numpy() == targets
             out[length] = (right.mean(), right[:, -1].mean())
@@ -216,7 +217,7 @@ def train(model, seed, steps=400, batch=64, lr=1e-2, ramp=0):
         the mean training loss of the last 20 steps, ``evaluate``'s dict, and for a group RNN the
         token angles after every step ``[steps + 1, 2]`` (None for other models).
     """
-    generator = stream(seed, "train")
+    generator = np.random.default_rng(seed)  # the training stream, as in experiments.train
     optimizers, schedules = make_optimizers(model, lr, steps)
     is_rnn = hasattr(model, "cell")
     losses, path = [], [token_angles(model)] if is_rnn else None

@@ -18,6 +18,10 @@ from experiments.tasks.base import IGNORE_INDEX, Task
 SMOKE = {  # per task: tiny task options
     "lm": {"dataset": "ptb_char", "length": 8, "eval_tokens": 40},
     "recall": {"vocab_size": 24, "length": 16, "valid_sequences": 4},
+    "copy": {"delay": 3, "copy_length": 2, "eval_sequences": 4},
+    "count": {"modulus": 3, "train_max_length": 4, "eval_max_length": 16, "eval_sequences": 4},
+    "words": {"word_group": "S3", "train_max_length": 4, "curriculum_steps": 2, "eval_max_length": 16,
+              "eval_sequences": 4},
 }
 TINY_MODELS = {  # per model: tiny model options
     "group_rnn": {"group": "SO", "n": 3, "embedding_dim": 4},

@@ -13,37 +13,22 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from experiments.tasks import bits, copying, streams, words
+from experiments.tasks import bits, copying, sequences, words
 from experiments.tasks.bits import count_batch, count_example, mod3_batch, parity_batch
 from experiments.tasks.copying import baseline_loss, copy_batch, copy_example
-from experiments.tasks.streams import curriculum_length, stream
+from experiments.tasks.sequences import curriculum_length
 from experiments.tasks.words import permutation_group, rotation_logarithm, word_batch, word_example
 
 GROUP_NAMES = list(words.GROUPS)
 
 
-@pytest.mark.parametrize("module", [streams, copying, bits, words], ids=lambda m: m.__name__.rsplit(".", 1)[1])
+@pytest.mark.parametrize("module", [sequences, copying, bits, words], ids=lambda m: m.__name__.rsplit(".", 1)[1])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
 
 
-# --- streams ---------------------------------------------------------------------------------------
-
-def test_streams_are_reproducible_and_independent():
-    draw = lambda g: g.integers(0, 2**31, size=8).tolist()  # noqa: E731
-    assert draw(stream(3, "train")) == draw(stream(3, "train"))
-    assert draw(stream(3, "test", 64)) == draw(stream(3, "test", 64))
-    seen = [draw(stream(3, "train")), draw(stream(4, "train"))] + [
-        draw(stream(3, split, n)) for split in ("valid", "test") for n in streams.TEST_LENGTHS]
-    assert len({tuple(s) for s in seen}) == len(seen)
-
-
-def test_stream_matches_numpy_spawn_key():
-    """The documented construction, spelled out with NumPy's SeedSequence."""
-    expected = np.random.default_rng(np.random.SeedSequence(7, spawn_key=(2, 128))).random(4)
-    np.testing.assert_array_equal(stream(7, "test", 128).random(4), expected)
-
+# --- lengths -------------------------------------------------------------------------------------
 
 def test_curriculum_length_hand_values():
     assert [curriculum_length(s, 2, 10, 4) for s in range(6)] == [2, 4, 6, 8, 10, 10]
@@ -51,13 +36,12 @@ def test_curriculum_length_hand_values():
 
 
 @pytest.mark.parametrize("call, error", [
-    (lambda: stream(-1, "train"), ValueError),
-    (lambda: stream(0, "validation"), ValueError),
-    (lambda: stream(0.5, "train"), TypeError),
     (lambda: curriculum_length(0, 10, 5, 3), ValueError),
     (lambda: curriculum_length(True, 1, 5, 3), TypeError),
-], ids=["negative-seed", "unknown-split", "float-seed", "end-below-start", "bool-step"])
-def test_stream_and_curriculum_refuse_bad_input(call, error):
+    (lambda: curriculum_length(0, 1, 5, -1), ValueError),
+    (lambda: curriculum_length(0, 1.0, 5, 3), TypeError),
+], ids=["end-below-start", "bool-step", "negative-ramp", "float-start"])
+def test_curriculum_refuses_bad_input(call, error):
     with pytest.raises(error):
         call()
 

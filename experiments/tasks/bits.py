@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments.tasks.streams import require_generator, require_int
+from experiments.tasks.sequences import require_generator, require_int
 
 PARITY = 2
 MOD3 = 3

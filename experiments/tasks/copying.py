@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from experiments.tasks.streams import require_generator, require_int
+from experiments.tasks.sequences import require_generator, require_int
 
 BLANK = 0
 MARKER = 9

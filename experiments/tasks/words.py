@@ -40,7 +40,7 @@ import math
 import numpy as np
 import scipy.linalg
 
-from experiments.tasks.streams import require_generator, require_int
+from experiments.tasks.sequences import require_generator, require_int
 
 GROUPS = {"S3": (3, False), "A5": (5, True), "S5": (5, False)}  # name: (degree, even permutations only)
 

@@ -1,16 +1,10 @@
-"""What the long-range memory and state-tracking tasks share (SPEC §10): seeded streams, lengths.
+"""What the long-range memory and state-tracking tasks share (SPEC §10): checks, lengths, curriculum.
 
 Every generator of ``copying``, ``bits`` and ``words`` draws from an explicit
 ``numpy.random.Generator`` and returns NumPy int64 arrays ``inputs: [B, L]``, ``targets: [B, L]``,
-labelled at every position. ``stream(seed, split, length)`` gives the generator of one split:
-
-* ``stream(seed, "train")`` feeds training batches;
-* ``stream(seed, "valid", length)`` and ``stream(seed, "test", length)`` feed the validation and
-  test sets at one length.
-
-They come from ``numpy.random.SeedSequence(seed, spawn_key=(split index, length))``: NumPy's
-construction for independent child streams, so evaluation sets never share draws with training
-(nor with each other), and an evaluation set at a given length is the same whatever was trained.
+labelled at every position. Behind the task interface (``experiments/tasks/base.py``) training
+draws from the run's generator and each evaluation split from ``split_generator(seed, split)``, so
+the streams are independent.
 
 The study trains on lengths up to ``TRAIN_MAX_LENGTH`` and tests at ``TEST_LENGTHS``; the copy
 task trains and tests at each fixed delay in ``copying.COPY_DELAYS``. ``curriculum_length`` is the
@@ -23,7 +17,6 @@ import numpy as np
 
 TRAIN_MAX_LENGTH = 64
 TEST_LENGTHS = (64, 128, 256, 512, 1024)
-SPLITS = ("train", "valid", "test")
 
 
 def require_int(name, value, minimum):
@@ -39,27 +32,9 @@ def require_generator(generator):
     """TypeError unless ``generator`` is a ``numpy.random.Generator``."""
     if not isinstance(generator, np.random.Generator):
         raise TypeError(
-            f"generator must be a numpy.random.Generator (numpy.random.default_rng(seed) or "
-            f"experiments.tasks.streams.stream(seed, split)), got {type(generator).__name__}")
+            f"generator must be a numpy.random.Generator (numpy.random.default_rng(seed)), "
+            f"got {type(generator).__name__}")
     return generator
-
-
-def stream(seed, split, length=0):
-    """The random generator of one split of a task.
-
-    Args:
-        seed: the run's seed (int ≥ 0).
-        split: ``"train"``, ``"valid"`` or ``"test"``.
-        length: the evaluation length (a separate, fixed set per length); 0 for training.
-
-    Returns:
-        ``numpy.random.Generator`` on ``SeedSequence(seed, spawn_key=(split index, length))``.
-    """
-    seed = require_int("seed", seed, 0)
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose one of {list(SPLITS)}")
-    length = require_int("length", length, 0)
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(SPLITS.index(split), length)))
 
 
 def curriculum_length(step, start, end, ramp):
