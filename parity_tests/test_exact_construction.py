@@ -66,7 +66,8 @@ def torch_margins(name, dtype, batch, length, seed):
     group = permutation_group(name)
     inputs, targets = word_batch(group, np.random.default_rng(seed), batch, length)
     with torch.no_grad():
-        logits, states = torch_model(group, dtype)(torch.from_numpy(inputs))
+        logits, cache = torch_model(group, dtype)(torch.from_numpy(inputs))
+    states = cache.states  # [B, T, n, n]
     drift = (states.mT @ states - torch.eye(group.degree, dtype=dtype)).abs().max().item()
     return margins(logits.numpy(), targets), drift
 
