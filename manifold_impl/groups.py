@@ -1,8 +1,19 @@
 """The group zoo in torch. Mirror of ``reference/groups.py`` (read the math there).
 
 Same classes, names, signatures and coordinate order. Performance notes: ``hat``/``vee`` use
-index scatter/gather instead of the reference's dense basis; ``Torus.exp`` is elementwise and
-``BlockOrthogonal.exp`` exponentiates the b×b blocks only.
+index scatter/gather instead of the reference's dense basis. The structured groups never multiply
+n×n matrices: ``Torus.exp`` and ``Torus.mul`` are elementwise on the diagonal,
+``BlockOrthogonal.exp`` and ``BlockOrthogonal.mul`` work on the [..., k, b, b] blocks. Closed-form
+exponentials replace the general one where the algebra allows (all checked against
+scipy.linalg.expm, values and gradients, in the tests):
+
+    2×2 with a² = −θ² I (so(2), the b = 2 blocks of BO, su(2)):
+        exp(a) = cos θ · I + (sin θ / θ) · a,                     θ² = ‖a‖²_F / 2
+    so(3) (Rodrigues):
+        exp(a) = I + (sin θ / θ) · a + ((1 − cos θ) / θ²) · a²,   θ² = ‖a‖²_F / 2
+
+with (1 − cos θ)/θ² = ½ (sin(θ/2)/(θ/2))² and cos θ = 1 − θ²/2 · (sin(θ/2)/(θ/2))², so that
+one function, sin θ/θ of θ² (``_sin_over_theta``), carries both without cancellation.
 """
 
 from __future__ import annotations
@@ -90,6 +101,37 @@ class Group:
     def exp(self, a):
         return expm(a)
 
+    def _support(self):
+        """Mirror of the reference: ``[s]`` row-major positions of the entries the group allows to be
+        non-zero, or None for all n²."""
+        return None
+
+    def _support_index(self, device):
+        """``_support()`` on ``device``, computed once per device."""
+        if not hasattr(self, "_support_on"):
+            self._support_on = {}
+        key = str(device)
+        if key not in self._support_on:
+            support = self._support()
+            self._support_on[key] = None if support is None else support.to(device)
+        return self._support_on[key]
+
+    @property
+    def num_features(self):
+        support = self._support_index("cpu")
+        size = self.n * self.n if support is None else support.numel()
+        return size * (2 if self.is_complex else 1)
+
+    def features(self, x):
+        """``[..., n, n] -> [..., num_features]``; see the reference."""
+        flat = x.flatten(-2)
+        support = self._support_index(x.device)
+        if support is not None:
+            flat = flat.index_select(-1, support)
+        if self.is_complex:
+            return torch.cat([flat.real, flat.imag], dim=-1)
+        return flat.real
+
     def random_algebra(self, batch_shape=(), *, generator, scale=1.0, dtype=None, device=None):
         batch_shape = _check_batch_shape(batch_shape)
         real = _REAL_OF.get(self.element_dtype(dtype), self.element_dtype(dtype))
@@ -126,6 +168,13 @@ class Group:
             return torch.view_as_complex(pair) / math.sqrt(2)
         return torch.randn(shape, generator=generator, dtype=real, device=device)
 
+    def distance(self, x):
+        """max |x^H x − I| per matrix, ``[..., n, n] -> [...]`` (0 for GL); see the reference."""
+        if not self.is_compact:
+            return x.real.new_zeros(x.shape[:-2])
+        eye = torch.eye(self.n, dtype=x.dtype, device=x.device)
+        return (dagger(x) @ x - eye).abs().amax(dim=(-2, -1))
+
     def is_member(self, x, atol=None, explain=False):
         reason = self._membership_failure(x, atol)
         return (reason is None, reason) if explain else reason is None
@@ -145,8 +194,7 @@ class Group:
         x = x.detach()
         atol = default_atol(_REAL_OF.get(x.dtype, x.dtype), n) if atol is None else atol
         if self.is_compact and x.numel():
-            eye = torch.eye(n, dtype=x.dtype, device=x.device)
-            err = (dagger(x) @ x - eye).abs().max().item()
+            err = self.distance(x).max().item()
             if err > atol:
                 return f"not unitary: max |x^H x - I| = {err:.3g} > atol = {atol:.3g}"
         return self._structure_failure(x, atol) if x.numel() else None
@@ -170,6 +218,44 @@ class Group:
         return 0.5 * self.mul(x, 3 * torch.eye(self.n, dtype=x.dtype, device=x.device) - self.mul(self.inv(x), x))
 
 
+def _sin_over_theta(theta2):
+    """sin θ / θ as a function of θ² ≥ 0, ``[...] -> [...]``, smooth through θ = 0.
+
+    Below θ² = (5040 eps)^(1/3) its Taylor series 1 − θ²/6 + θ⁴/120 (remainder ≤ θ⁶/5040 ≤ eps);
+    above, sin θ / θ itself, evaluated at a safe argument where the series is used, so neither
+    branch yields 0/0 in the value or the gradient.
+    """
+    small = theta2 < (5040 * torch.finfo(theta2.dtype).eps) ** (1 / 3)
+    theta = torch.where(small, torch.ones_like(theta2), theta2).sqrt()
+    return torch.where(small, 1 - theta2 / 6 * (1 - theta2 / 20), torch.sin(theta) / theta)
+
+
+def _half_angle_terms(a):
+    """θ², sin θ / θ and ½ (sin(θ/2)/(θ/2))² = (1 − cos θ)/θ² for θ² = ‖a‖²_F / 2, each ``[..., 1, 1]``."""
+    squares = a.real ** 2 + (a.imag ** 2 if a.is_complex() else 0)
+    theta2 = 0.5 * squares.sum(dim=(-2, -1), keepdim=True)
+    return theta2, _sin_over_theta(theta2), 0.5 * _sin_over_theta(theta2 / 4) ** 2
+
+
+def _exp_rotation(a):
+    """exp of 2×2 ``a: [..., 2, 2]`` with a² = −θ² I (so(2), su(2)): cos θ · I + (sin θ / θ) · a."""
+    theta2, sinc, versine = _half_angle_terms(a)
+    eye = torch.eye(2, dtype=a.dtype, device=a.device)
+    return (1 - theta2 * versine) * eye + sinc * a
+
+
+def _exp_rodrigues(a):
+    """exp of ``a: [..., 3, 3]`` in so(3) by Rodrigues' formula: I + (sin θ/θ) a + ((1 − cos θ)/θ²) a²."""
+    _, sinc, versine = _half_angle_terms(a)
+    eye = torch.eye(3, dtype=a.dtype, device=a.device)
+    return eye + sinc * a + versine * (a @ a)
+
+
+def _orthogonal_exp(a):
+    """exp on so(m) for ``a: [..., m, m]``: the closed form for m = 2, 3, else the general one."""
+    return {2: _exp_rotation, 3: _exp_rodrigues}.get(a.shape[-1], expm)(a)
+
+
 def _gather_matrix(values, index, n):
     """``values[..., index]`` as ``[..., n, n]`` (index on values' device)."""
     return values.index_select(-1, index.to(values.device)).unflatten(-1, (n, n))
@@ -182,6 +268,10 @@ class Orthogonal(Group):
 
     def proj(self, m):
         return skew(m.real)
+
+    def exp(self, a):
+        """Closed forms for n = 2 (rotation) and n = 3 (Rodrigues); the general exponential otherwise."""
+        return _orthogonal_exp(a)
 
     def _haar(self, batch_shape, generator, dtype, device):
         return phase_fixed_qr(self._randn(batch_shape + (self.n, self.n), generator, dtype, device))
@@ -269,6 +359,10 @@ class SpecialUnitary(Unitary):
     def _diagonal_values(self, c):
         return c @ self._helmert(c).T
 
+    def exp(self, a):
+        """Closed form for n = 2 (a² = −θ² I on su(2)); the general exponential otherwise."""
+        return _exp_rotation(a) if self.n == 2 else expm(a)
+
     def proj(self, m):
         s = super().proj(m)
         trace = diagonal(s).sum(-1)
@@ -308,8 +402,19 @@ class Torus(Group):
     def proj(self, m):
         return self.hat(self.vee(m.to(_COMPLEX_OF.get(m.dtype, m.dtype))))
 
+    def _support(self):
+        return torch.arange(self.n) * (self.n + 1)  # the diagonal
+
     def exp(self, a):
         return torch.diag_embed(torch.exp(diagonal(a)))
+
+    def mul(self, x, y):
+        """``x y`` by elementwise products, exact whenever one factor is diagonal (every use: the
+        product of two elements, and the translations x·a, a·y of ambient matrices): (xy)_ij is
+        x_ii y_ij when x is diagonal and x_ij y_jj when y is; the sum of the two minus their
+        common diagonal x_ii y_ii is either."""
+        dx, dy = diagonal(x), diagonal(y)
+        return dx[..., :, None] * y + x * dy[..., None, :] - torch.diag_embed(dx * dy)
 
     def _haar(self, batch_shape, generator, dtype, device):
         real = _REAL_OF[dtype]
@@ -355,11 +460,28 @@ class BlockOrthogonal(Group):
     def dim(self):
         return (self.n // self.block) * self.block * (self.block - 1) // 2
 
+    def _support(self):
+        b, n = self.block, self.n
+        j, r, c = torch.meshgrid(torch.arange(n // b), torch.arange(b), torch.arange(b), indexing="ij")
+        return ((j * b + r) * n + j * b + c).flatten()
+
     def proj(self, m):
         return skew(m.real) * self.mask.to(m.real.dtype).to(m.device)
 
     def exp(self, a):
-        return from_blocks(expm(to_blocks(a, self.block)))
+        """On the [..., k, b, b] blocks, in closed form for b = 2, 3."""
+        return from_blocks(_orthogonal_exp(to_blocks(a, self.block)))
+
+    def mul(self, x, y):
+        """``x y`` on blocks, exact whenever one factor is block-diagonal (as ``Torus.mul``): with x
+        block-diagonal, the rows of block j are X_j times those rows of y ([k, b, b] @ [k, b, n]);
+        with y block-diagonal, the columns of block j are those columns of x times Y_j; the sum of
+        the two minus their common blocks X_j Y_j is either."""
+        b, k = self.block, self.n // self.block
+        xb, yb = to_blocks(x, b), to_blocks(y, b)  # [..., k, b, b]
+        rows = (xb @ y.unflatten(-2, (k, b))).flatten(-3, -2)  # [..., n, n]
+        columns = (x.unflatten(-1, (k, b)).transpose(-3, -2) @ yb).transpose(-3, -2).flatten(-2)
+        return rows + columns - from_blocks(xb @ yb)
 
     def _haar(self, batch_shape, generator, dtype, device):
         k, b = self.n // self.block, self.block

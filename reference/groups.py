@@ -15,6 +15,16 @@ Coordinate order (the torch tree uses the same order):
     BO      block by block, within a block as O(b)
     GL      E_ij row-major
 
+Features (SPEC §2): ``features(x)`` stacks the real and, on the complex groups, imaginary parts
+of the entries of x that the group allows to be non-zero (its support), row-major:
+
+    dense groups (O, SO, U, SU, GL)   all n² entries          num_features n² (2n² complex)
+    T                                 the n diagonal entries   num_features 2n
+    BO                                the k·b² block entries,  num_features k·b² = n·b
+                                      block by block
+
+On the group, <x, y> = features(x) · features(y) (the entries off the support are zero).
+
 For the compact groups ``inv(x) = x^H`` and the inner product is bi-invariant, so
 ``proj_tangent(x, u) = x Π(x^H u)`` is the Riemannian gradient of an ambient gradient u and
 ``retr(x, u) = x exp(Π(x^H u))`` is the Riemannian exponential map. GL(n) is not compact and
@@ -24,6 +34,8 @@ Mirror: ``manifold_impl/groups.py`` (torch), same classes, names and signatures.
 """
 
 from __future__ import annotations
+
+from functools import cached_property
 
 import autograd.numpy as anp
 import numpy as np
@@ -90,15 +102,45 @@ class Group:
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
         self.n = int(n)
-        self.basis = self._make_basis()  # [dim, n, n], orthonormal for Re tr(a^H b)
 
     def __repr__(self):
         return f"{type(self).__name__}(n={self.n})"
 
+    @cached_property
+    def basis(self):
+        """``[dim, n, n]``, orthonormal for Re tr(a^H b); built on first use (dim·n² numbers)."""
+        return self._make_basis()
+
     @property
     def dim(self):
-        """Real dimension of the Lie algebra g."""
-        return self.basis.shape[0]
+        """Real dimension of the Lie algebra g (SPEC §1 table)."""
+        raise NotImplementedError
+
+    def _support(self):
+        """Row-major positions ``[s]`` in the flattened n×n matrix of the entries the group allows to
+        be non-zero, or None for all n² of them."""
+        return None
+
+    @property
+    def num_features(self):
+        """Length of ``features(x)``: the support's size, twice that on the complex groups."""
+        support = self._support()
+        size = self.n * self.n if support is None else len(support)
+        return size * (2 if self.is_complex else 1)
+
+    def features(self, x):
+        """Real coordinates of ``x`` on the group's support (module docstring).
+
+        ``x: [..., n, n] -> [..., num_features]``: the real parts of the supported entries, then
+        (complex groups) their imaginary parts. On the dense groups this is ``realvec(x)``.
+        """
+        flat = anp.reshape(x, x.shape[:-2] + (-1,))
+        support = self._support()
+        if support is not None:
+            flat = flat[..., support]
+        if self.is_complex:
+            return anp.concatenate([anp.real(flat), anp.imag(flat)], axis=-1)
+        return anp.real(flat)
 
     def element_dtype(self, dtype=None):
         """NumPy dtype of group elements for a real working precision ``dtype`` (default float64)."""
@@ -165,6 +207,20 @@ class Group:
     def _haar(self, batch_shape, generator):
         raise NotImplementedError
 
+    def distance(self, x):
+        """Departure from unitarity, max |x^H x − I| per matrix: ``[..., n, n] -> [...]``.
+
+        0 on the group; for a compact group and x near it, about twice the Frobenius distance's
+        largest entry (x = u(I + e) with u on the group and e Hermitian gives x^H x − I ≈ 2e).
+        It does not see the structure (off-diagonal entries of a torus element, the determinant
+        of SO/SU: ``is_member`` checks those). GL is open and dense among the n×n matrices, so
+        the distance to it is 0.
+        """
+        x = np.asarray(x)
+        if not self.is_compact:
+            return np.zeros(x.shape[:-2])
+        return np.max(np.abs(dagger(x) @ x - np.eye(self.n)), axis=(-2, -1), initial=0.0)
+
     def is_member(self, x, atol=None, explain=False):
         """Whether ``x`` lies on the group within ``atol`` (default 100·n·eps of its dtype).
 
@@ -185,7 +241,7 @@ class Group:
             return "the matrix has non-finite entries"
         atol = default_atol(x.real.dtype, n) if atol is None else atol
         if self.is_compact:
-            err = np.max(np.abs(dagger(x) @ x - np.eye(n)), initial=0.0)
+            err = np.max(self.distance(x), initial=0.0)
             if err > atol:
                 return f"not unitary: max |x^H x - I| = {err:.3g} > atol = {atol:.3g}"
         return self._structure_failure(x, atol)
@@ -219,6 +275,10 @@ class Orthogonal(Group):
     """O(n): real x with x^T x = I; g = real skew-symmetric matrices, Π(m) = (Re m − Re mᵀ)/2."""
 
     name = "O"
+
+    @property
+    def dim(self):
+        return self.n * (self.n - 1) // 2
 
     def _make_basis(self):
         return _stack_basis(_skew_pairs(self.n), self.n, False)
@@ -260,6 +320,10 @@ class Unitary(Group):
     name = "U"
     is_complex = True
 
+    @property
+    def dim(self):
+        return self.n * self.n
+
     def _make_basis(self):
         n = self.n
         diagonal = [1j * _unit(n, k, k) for k in range(n)]
@@ -281,6 +345,10 @@ class SpecialUnitary(Unitary):
     """SU(n): U(n) with det = 1; g = traceless skew-Hermitian, Π(m) = (m − m^H)/2 − tr(·)/n I."""
 
     name = "SU"
+
+    @property
+    def dim(self):
+        return self.n * self.n - 1
 
     def _make_basis(self):
         n = self.n
@@ -316,6 +384,13 @@ class Torus(Group):
 
     name = "T"
     is_complex = True
+
+    @property
+    def dim(self):
+        return self.n
+
+    def _support(self):
+        return np.arange(self.n) * (self.n + 1)  # the diagonal
 
     def _make_basis(self):
         return _stack_basis([1j * _unit(self.n, k, k) for k in range(self.n)], self.n, True)
@@ -367,10 +442,24 @@ class BlockOrthogonal(Group):
             raise ValueError(f"BO needs n divisible by the block size: n={n}, block={block}")
         self.block = int(block)
         super().__init__(n)
-        self.mask = from_blocks(np.ones((self.n // self.block, self.block, self.block)))
+
+    @cached_property
+    def mask(self):
+        """``[n, n]``: 1 on the diagonal blocks, 0 off them."""
+        return from_blocks(np.ones((self.n // self.block, self.block, self.block)))
 
     def __repr__(self):
         return f"BlockOrthogonal(n={self.n}, block={self.block})"
+
+    @property
+    def dim(self):
+        return (self.n // self.block) * self.block * (self.block - 1) // 2
+
+    def _support(self):
+        """Block j's entry (r, c) sits at row j·b + r, column j·b + c."""
+        b, n = self.block, self.n
+        j, r, c = np.meshgrid(np.arange(n // b), np.arange(b), np.arange(b), indexing="ij")
+        return ((j * b + r) * n + j * b + c).ravel()
 
     def _make_basis(self):
         b = self.block
@@ -408,6 +497,10 @@ class GeneralLinear(Group):
 
     name = "GL"
     is_compact = False
+
+    @property
+    def dim(self):
+        return self.n * self.n
 
     def _make_basis(self):
         n = self.n
