@@ -3,8 +3,11 @@
 - ``count_parameters(model)``: real parameters of any ``nn.Module``; a complex parameter counts
   twice (its real and imaginary parts). Group-valued parameters count every stored entry, not the
   dimension of the group (an n×n orthogonal H_0 counts n², although O(n) has n(n−1)/2 dimensions).
-- ``parameter_count(config)``: the same number from a config alone, in closed form (exact integer
-  arithmetic, no model built), for ``LSTMConfig``, ``GPTConfig`` and ``GroupRNNConfig``.
+- ``parameter_count(config)``: the same number from a config alone, no torch model built: for the
+  group RNN, the group Transformer and the mLSTM, from the reference model's own parameter
+  specification (``param_spec``: the keys and shapes of the torch ``state_dict``, tested equal,
+  so the layout is stated once, in the model); for ``LSTMConfig`` and ``GPTConfig`` (torch only)
+  in closed form.
 - ``size_to_budget(template, target)``: a config whose count is within ``tolerance`` (default ±2%)
   of ``target``, found by search over the template's free size fields; a clear ``ValueError`` when
   no size does.
@@ -22,8 +25,11 @@ least from its default (in ratio) wins. Defaults per family:
 | ``GPTConfig`` | ``width``, ``mlp_width`` | ``num_heads`` | 2·width … 6·width | 4·width |
 | ``GroupRNNConfig`` | ``n``, ``embedding_dim`` | 1 (``block`` for BO) | 1 … 2¹⁶ | the template's (32) |
 
+(n starts at the smallest size whose Lie algebra is not 0-dimensional, asked of the group.)
+
 The fine field is needed because one step of the coarse one can move the count by more than the
-4% window: n enters the group RNN's count as n⁴ (one step is ≈ 4/n, 20% at n = 20), GPT's width
+4% window: n enters the dense group RNN's count as n⁴ (one step is ≈ 4/n, 20% at n = 20; T's and
+BO's as n², through their n-by-2n and n/2-by-2n state maps), GPT's width
 moves in steps of ``num_heads``, and at a large vocabulary the LSTM's count is dominated by the
 embedding and head, linear in H. Pass ``free=`` to choose other fields (one or two of a family's
 searchable fields, ``SEARCHABLE``); with one field a miss is an error.
@@ -41,7 +47,11 @@ import math
 import numbers
 
 from experiments.baselines import GPTConfig, LSTMConfig
-from reference.config import GroupRNNConfig, GroupTransformerConfig
+from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
+from reference.group_rnn import GroupRNN
+from reference.groups import get_group
+from reference.group_transformer import GroupTransformer
+from reference.mlstm import MLSTM
 
 TOLERANCE = 0.02
 MAX_SIZE = 1 << 16  # largest value any searched size field may take
@@ -71,34 +81,28 @@ def _gpt_count(config):
             + 2 * width + width * vocab + vocab)
 
 
-def _group_rnn_count(config):
-    vocab, embedding = config.vocab_size, config.embedding_dim
-    features, dim = config.state_features, config.algebra_dim
-    mixing = {"none": 0, "scalar": 1, "lowrank": 1 + 2 * dim * (config.mixing_rank or 0)}[config.mixing]
-    readout = vocab * features + (vocab if config.readout == "linear" else 1)  # R, c  |  prototypes, τ
-    return (vocab * embedding                          # embedding
-            + features                                 # H_0
-            + embedding * dim + dim                    # W, b
-            + (features * dim if config.recurrent else 0)  # U
-            + mixing + readout)
+def spec_count(specs):
+    """Real numbers in a reference parameter specification ``{key: ParamSpec}``, counted as
+    ``count_parameters`` counts the torch twin: every stored entry, twice for the (complex)
+    group-valued parameters of a complex group."""
+    return sum(math.prod(spec.shape) * (2 if spec.group is not None and spec.group.is_complex else 1)
+               for spec in specs.values())
 
 
-_COUNTS = {LSTMConfig: _lstm_count, GPTConfig: _gpt_count, GroupRNNConfig: _group_rnn_count}
+_REFERENCE_MODELS = {GroupRNNConfig: GroupRNN, GroupTransformerConfig: GroupTransformer, MLSTMConfig: MLSTM}
+_COUNTS = {LSTMConfig: _lstm_count, GPTConfig: _gpt_count}
 
 
 def parameter_count(config):
-    """Real parameters of the model ``config`` describes: a closed form for the LSTM, GPT and
-    group-RNN configs (equal to ``count_parameters`` of the built model, tested for every family
-    and option); any other model of ``experiments.models`` is built on the ``meta`` device (no
-    memory, no arithmetic) and counted."""
+    """Real parameters of the model ``config`` describes, equal to ``count_parameters`` of the built
+    torch model (tested for every family and option): from the reference model's ``param_spec``
+    for the group RNN, the group Transformer and the mLSTM, in closed form for the LSTM and GPT."""
+    if type(config) in _REFERENCE_MODELS:
+        return spec_count(_REFERENCE_MODELS[type(config)](config).param_spec())
     if type(config) in _COUNTS:
         return _COUNTS[type(config)](config)
-    from experiments.models import MODEL_CONFIGS, build_model
-
-    if type(config) not in MODEL_CONFIGS.values():
-        raise TypeError(f"no parameter count for {type(config).__name__}; expected one of "
-                        f"{[c.__name__ for c in MODEL_CONFIGS.values()]}")
-    return count_parameters(build_model(config, device="meta"))
+    raise TypeError(f"no parameter count for {type(config).__name__}; expected one of "
+                    f"{[c.__name__ for c in (*_REFERENCE_MODELS, *_COUNTS)]}")
 
 
 # --- search ------------------------------------------------------------------------------------
@@ -117,10 +121,9 @@ def _axis(config, field):
     if isinstance(config, GPTConfig) and field == "mlp_width":
         return 2 * config.width, 1, 6 * config.width
     if isinstance(config, (GroupRNNConfig, GroupTransformerConfig)) and field == "n":
-        if config.group == "BO":
-            block = 2 if config.block is None else config.block
-            return block, block, MAX_SIZE
-        return (2 if config.group in ("O", "SO", "SU") else 1), 1, MAX_SIZE
+        step = getattr(config.state_group, "block", 1)  # BO: n moves in whole blocks
+        start = next(n for n in range(step, MAX_SIZE + 1, step) if get_group(config.group, n, config.block).dim)
+        return start, step, MAX_SIZE
     if isinstance(config, GroupRNNConfig) and field == "embedding_dim":
         return 1, 1, MAX_SIZE
     if isinstance(config, GroupTransformerConfig) and field == "feedforward_dim":
@@ -229,4 +232,4 @@ def size_to_budget(template, target, free=None, tolerance=TOLERANCE):
 
 
 __all__ = ["DEFAULT_FREE", "SEARCHABLE", "TOLERANCE", "count_parameters", "parameter_count",
-           "size_to_budget"]
+           "size_to_budget", "spec_count"]

@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 from manifold_impl.groups import get_group
-from manifold_impl.linalg import realvec
 from manifold_impl.manifolds import check_group_state_dict, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
@@ -71,7 +70,7 @@ class GroupRNNCell(nn.Module):
             if self.state_map is None:
                 update = step
             else:
-                recurrent = _StateMapStep.apply(realvec(state), self.state_map.weight, ledger, t == 0)
+                recurrent = _StateMapStep.apply(group.features(state), self.state_map.weight, ledger, t == 0)
                 update = group.exp(group.hat(self.mixing(step + recurrent)))
             state = group.mul(state, update)
             if every is not None and (position + t + 1) % every == 0:

@@ -93,8 +93,8 @@ class AlgebraAttention(nn.Module):
         self.mixing.reset_parameters(generator)
 
     def _heads(self, linear, states):
-        """``[B, T', n, n] -> [B, h, T', d]``: per-head coordinates of ``linear(realvec(states))``."""
-        return linear(realvec(states)).unflatten(-1, (self.config.num_heads, self.group.dim)).transpose(1, 2)
+        """``[B, T', n, n] -> [B, h, T', d]``: per-head coordinates of ``linear(features(states))``."""
+        return linear(self.group.features(states)).unflatten(-1, (self.config.num_heads, self.group.dim)).transpose(1, 2)
 
     def _scores(self, states, keys):
         queries = self._heads(self.query, states)  # [B, h, T, d]
@@ -156,7 +156,7 @@ ATTENTIONS = {"algebra": AlgebraAttention, "similarity": SimilarityAttention}
 
 
 class FeedForward(nn.Module):
-    """H_i ← H_i · exp(hat(mix(W_2 GELU(W_1 realvec(H_i) + b_1) + b_2))), all positions at once."""
+    """H_i ← H_i · exp(hat(mix(W_2 GELU(W_1 features(H_i) + b_1) + b_2))), all positions at once."""
 
     def __init__(self, config, group, device=None, dtype=None):
         super().__init__()
@@ -176,7 +176,7 @@ class FeedForward(nn.Module):
 
     def forward(self, states):
         """``states: [B, T, n, n] -> [B, T, n, n]``."""
-        c = self.mixing(self.output(gelu(self.hidden(realvec(states)))))  # [B, T, d]
+        c = self.mixing(self.output(gelu(self.hidden(self.group.features(states)))))  # [B, T, d]
         return self.group.mul(states, self.group.exp(self.group.hat(c)))
 
 

@@ -1,7 +1,8 @@
 """Readouts; mirror of ``reference/readouts.py`` (math there).
 
-Performance note: Re tr(H^H P_v) = realvec(H) · realvec(P_v), so the prototype readout is one
-matmul against the flattened prototypes instead of V traces.
+Performance note: Re tr(H^H P_v) = features(H) · features(P_v) for H and P_v on G (the entries off
+the group's support are zero), so the prototype readout is one matmul against the prototypes'
+features instead of V traces.
 """
 
 from __future__ import annotations
@@ -12,18 +13,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from manifold_impl.linalg import realvec
 from manifold_impl.manifolds import group_parameter
 
 
 class LinearReadout(nn.Module):
-    """``states: [..., n, n] -> logits: [..., V]``: R·realvec(H) + c."""
+    """``states: [..., n, n] -> logits: [..., V]``: R·features(H) + c."""
 
     def __init__(self, group, vocab_size, device=None, dtype=None):
         super().__init__()
         self.group, self.vocab_size = group, vocab_size
-        features = group.n * group.n * (2 if group.is_complex else 1)
-        self.weight = nn.Parameter(torch.empty(vocab_size, features, device=device, dtype=dtype))
+        self.weight = nn.Parameter(torch.empty(vocab_size, group.num_features, device=device, dtype=dtype))
         self.bias = nn.Parameter(torch.zeros(vocab_size, device=device, dtype=dtype))
 
     def reset_parameters(self, generator=None):
@@ -31,7 +30,7 @@ class LinearReadout(nn.Module):
         nn.init.zeros_(self.bias)
 
     def forward(self, states):
-        return F.linear(realvec(states), self.weight, self.bias)
+        return F.linear(self.group.features(states), self.weight, self.bias)
 
 
 class PrototypeReadout(nn.Module):
@@ -52,7 +51,7 @@ class PrototypeReadout(nn.Module):
             self.temperature.fill_(1.0 / math.sqrt(self.group.n))
 
     def forward(self, states):
-        similarity = realvec(states) @ realvec(self.prototypes).T  # [..., V]
+        similarity = self.group.features(states) @ self.group.features(self.prototypes).T  # [..., V]
         return self.temperature * similarity
 
 

@@ -69,3 +69,21 @@ def group_violation(name, x, block=None):
         mask = np.kron(np.eye(n // block), np.ones((block, block)))
         parts.append(np.abs(x * (1 - mask)))
     return float(max(np.max(p, initial=0.0) for p in parts))
+
+
+def state_features(name, x, block=None):
+    """features(x) of SPEC §2 for one matrix ``x: [n, n]``, entry by entry: the entries the group
+    ``name`` allows to be non-zero (all; T the diagonal; BO the diagonal blocks, block by block,
+    row-major inside), real parts, then (U, SU, T) imaginary parts."""
+    x = np.asarray(x)
+    n = x.shape[-1]
+    if name == "T":
+        entries = [x[i, i] for i in range(n)]
+    elif name == "BO":
+        entries = [x[j + r, j + c] for j in range(0, n, block) for r in range(block) for c in range(block)]
+    else:
+        entries = [x[i, j] for i in range(n) for j in range(n)]
+    entries = np.array(entries)
+    if name in ("U", "SU", "T"):
+        return np.concatenate([entries.real, entries.imag])
+    return entries.real

@@ -14,6 +14,7 @@ import manifold_impl.group_transformer
 from manifold_impl.group_transformer import GroupTransformer as TorchGroupTransformer
 from parity_tests import check
 from parity_tests.harness import parity, to_torch
+from parity_tests.oracles import state_features
 from parity_tests.tolerances import SAMPLING_SIGMAS, group_atol
 from reference.config import GROUP_NAMES, MIXINGS, GroupTransformerConfig
 from reference.group_transformer import GroupTransformer, GroupTransformerCache
@@ -169,7 +170,7 @@ def test_embedding_is_the_token_state_times_a_power_of_the_position_rotation(gro
 @pytest.mark.parametrize("group", GROUP_NAMES)
 def test_the_first_token_attends_only_to_itself(group, attention, tree):
     """At position 0 the softmax has one entry (α = 1): algebra attention moves H by
-    exp(hat(Σ_h W_v^h realvec(H))); similarity attention by exp(Σ_h η_h Π(H⁻¹H)) = exp(Σ_h η_h Π(I)),
+    exp(hat(Σ_h W_v^h features(H))); similarity attention by exp(Σ_h η_h Π(H⁻¹H)) = exp(Σ_h η_h Π(I)),
     the identity on the compact groups and e^{Σ η_h} I on GL (Π = id)."""
     config = small_config(group, attention=attention)
     reference = GroupTransformer(config)
@@ -177,7 +178,7 @@ def test_the_first_token_attends_only_to_itself(group, attention, tree):
     _, states = Tree(tree, config, params).forward(np.array([[2, 5, 1]]))
     before, after = states[0, 0, 0], states[0, 1, 0]
     if attention == "algebra":
-        features = np.concatenate([before.real.ravel(), before.imag.ravel()]) if config.is_complex else before.ravel()
+        features = state_features(group, before, 2 if group == "BO" else None)
         c = params["layers.0.attention.value.weight"] @ features  # [h·d]
         expected = before @ scipy.linalg.expm(hat(reference.group, c.reshape(config.num_heads, -1).sum(0)))
     elif group == "GL":

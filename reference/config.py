@@ -3,31 +3,28 @@ from ``reference``).
 
 A config is a frozen dataclass validated in ``__post_init__``: a bad value raises a
 ``ValueError``/``TypeError`` naming the field before any model is built.
+
+The facts of a group-state model's group (algebra dimension, complexity, number of state
+features) are read from the group itself (``reference.groups``, NumPy only; building one
+allocates nothing of size n²), never restated here.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-GROUP_NAMES = ("O", "SO", "U", "SU", "T", "BO", "GL")
-COMPLEX_GROUPS = ("U", "SU", "T")
+from reference.groups import GROUPS, get_group
+
+GROUP_NAMES = tuple(GROUPS)
 READOUTS = ("linear", "prototype")
 MIXINGS = ("none", "scalar", "lowrank")
 
 
-def algebra_dim(group, n, block=None):
-    """Real dimension of the Lie algebra (SPEC §1 table) without building the group."""
-    block = 2 if block is None else block
-    return {
-        "O": n * (n - 1) // 2,
-        "SO": n * (n - 1) // 2,
-        "U": n * n,
-        "SU": n * n - 1,
-        "T": n,
-        "BO": (n // block) * block * (block - 1) // 2,
-        "GL": n * n,
-    }[group]
+@functools.lru_cache(maxsize=256)
+def _group(name, n, block):
+    return get_group(name, n, block)
 
 
 def _require_int(name, value, minimum):
@@ -54,7 +51,7 @@ def _validate_group_fields(config):
             raise ValueError(f"BO needs n divisible by the block size: n={config.n}, block={block}")
     elif config.block is not None:
         raise ValueError(f"block={config.block} only applies to group 'BO', not {config.group!r}")
-    if algebra_dim(config.group, config.n, config.block) == 0:
+    if config.state_group.dim == 0:
         raise ValueError(
             f"{config.group} with n={config.n}{'' if config.block is None else f', block={config.block}'} has a "
             "0-dimensional Lie algebra: the state could never move; use n >= 2 (or block >= 2)")
@@ -72,21 +69,27 @@ def _validate_mixing_fields(config):
 
 
 class _GroupState:
-    """Properties shared by the configs of the group-state models (fields group, n, block)."""
+    """Properties shared by the configs of the group-state models (fields group, n, block), all
+    read from the group."""
+
+    @property
+    def state_group(self):
+        """The group of the states, a ``reference.groups`` group (the torch twin has equal facts)."""
+        return _group(self.group, self.n, self.block)
 
     @property
     def algebra_dim(self):
         """dim g: the number of coordinates of every update."""
-        return algebra_dim(self.group, self.n, self.block)
+        return self.state_group.dim
 
     @property
     def is_complex(self):
-        return self.group in COMPLEX_GROUPS
+        return self.state_group.is_complex
 
     @property
     def state_features(self):
-        """len(realvec(H)): n² real numbers, 2n² for the complex groups."""
-        return self.n * self.n * (2 if self.is_complex else 1)
+        """len(features(H)) (SPEC §2): the real numbers the state maps and the readout read."""
+        return self.state_group.num_features
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ class GroupRNNConfig(_GroupState):
         n: the state is an n×n matrix.
         block: block size b of ``BO`` (default 2); must be None for the other groups.
         embedding_dim: token embedding width F.
-        readout: ``linear`` (R·realvec(H) + c) or ``prototype`` (τ·Re tr(H^H P_v)).
+        readout: ``linear`` (R·features(H) + c) or ``prototype`` (τ·Re tr(H^H P_v)).
         recurrent: include the state term U(H_{t-1}) in the update.
         reproject_every: apply ``nearest`` to the state every k steps (None: never).
         mixing: tangent-space mixing of A_t (SPEC §4): ``none``, ``scalar`` or ``lowrank``.
@@ -237,7 +240,7 @@ class GroupTransformerConfig(_GroupState):
         feedforward: include the feed-forward sublayer in every layer (False: attention only).
         feedforward_dim: hidden width F of the feed-forward MLP (default FEEDFORWARD_EXPANSION ·
             dim g); must be None when ``feedforward`` is False.
-        readout: ``linear`` (R·realvec(H) + c) or ``prototype`` (τ·Re tr(H^H P_v)).
+        readout: ``linear`` (R·features(H) + c) or ``prototype`` (τ·Re tr(H^H P_v)).
         mixing: tangent-space mixing of every sublayer's update (SPEC §4): ``none``, ``scalar``
             or ``lowrank``.
         mixing_rank: rank r of ``lowrank`` mixing (required there, None otherwise).

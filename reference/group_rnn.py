@@ -2,7 +2,7 @@
 
 For tokens x_1..x_T with embeddings e_t = E[x_t] ∈ ℝ^F and a learnable H_0 ∈ G:
 
-    c_t = W e_t + U realvec(H_{t-1}) + b          coordinates of A_t in g, c_t ∈ ℝ^{dim g}
+    c_t = W e_t + U features(H_{t-1}) + b         coordinates of A_t in g, c_t ∈ ℝ^{dim g}
     c_t ← mix(c_t)                                tangent-space mixing (reference.mixing)
     H_t = H_{t-1} · exp(hat(c_t))                 stays on G
     logits_t = readout(H_t)
@@ -14,7 +14,12 @@ the coordinates of g gives the same function class without the parameters Π wou
 replaces H_t by nearest(H_t) when the global step index t is a multiple of k; the correction is
 of the order of rounding error, and its gradient is taken as the identity (straight-through).
 
-Parameters (keys and shapes = the torch ``state_dict``; m = n², or 2n² for complex groups):
+``features(H)`` (SPEC §2, ``group.features``) stacks the real and, on the complex groups, imaginary
+parts of the entries of H the group allows to be non-zero: all n² on the dense groups, the n
+diagonal entries of T, the k·b² block entries of BO; a map of all n² entries would only add
+weights on entries that are zero on G.
+
+Parameters (keys and shapes = the torch ``state_dict``; m = group.num_features):
     embedding.weight        [V, F]
     cell.initial_state      [n, n]       group-valued H_0 (identity at init)
     cell.input_map.weight   [dim g, F]   W
@@ -33,7 +38,6 @@ import numpy as np
 from autograd.tracer import getval
 
 from reference.groups import get_group
-from reference.linalg import realvec
 from reference.mixing import TangentMixing
 from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
 from reference.readouts import READOUTS
@@ -73,16 +77,15 @@ class GroupRNNCell:
             "input_map.bias": ParamSpec((dim,), scale=0.1 * drive),
         }
         if self.config.recurrent:
-            state_features = n * n * (2 if self.group.is_complex else 1)
             full = drive / np.sqrt(n * dim)
-            spec["state_map.weight"] = ParamSpec((dim, state_features), std=RECURRENT_GAIN * full, scale=full)
+            spec["state_map.weight"] = ParamSpec((dim, self.group.num_features), std=RECURRENT_GAIN * full, scale=full)
         return spec | prefixed("mixing.", self.mixing.param_spec())
 
     def step(self, params, state, embedded):
         """One update. ``state: [B, n, n]``, ``embedded: [B, F]`` -> next state ``[B, n, n]``."""
         c = embedded @ params["input_map.weight"].T + params["input_map.bias"]  # [B, dim]
         if self.config.recurrent:
-            c = c + realvec(state) @ params["state_map.weight"].T
+            c = c + self.group.features(state) @ params["state_map.weight"].T
         c = self.mixing(sub_params(params, "mixing."), c)
         return self.group.mul(state, self.group.exp(self.group.hat(c)))
 

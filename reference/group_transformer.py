@@ -3,7 +3,9 @@ positions.
 
 Every token carries a state H_i ∈ G (an n×n matrix); every sublayer moves it by a group action
 H_i ← H_i · exp(Δ_i) with Δ_i ∈ g, so no state ever leaves G and there is no additive residual.
-With m = len(realvec(H)) (n², or 2n² on the complex groups), d = dim g, h heads:
+With m = group.num_features = len(features(H)) (SPEC §2: the real and, on the complex groups,
+imaginary parts of the entries the group allows to be non-zero; n² or 2n² on the dense groups,
+2n on T, k·b² on BO), d = dim g, h heads:
 
 Embedding (positions i = position, position + 1, ..., counted from 0):
 
@@ -14,7 +16,7 @@ Embedding (positions i = position, position + 1, ..., counted from 0):
 
 Attention sublayer, ``attention="algebra"`` (SPEC's template), causal (j ≤ i):
 
-    q_i^h = W_q^h realvec(H_i),  k_j^h = W_k^h realvec(H_j),  v_j^h = W_v^h realvec(H_j)   ∈ ℝ^d
+    q_i^h = W_q^h features(H_i),  k_j^h = W_k^h features(H_j),  v_j^h = W_v^h features(H_j)   ∈ ℝ^d
     s_ij^h = <q_i^h, k_j^h> / √d,      α_ij^h = softmax_{j ≤ i}(s_ij^h)
     Δ_i = hat(mix(Σ_h Σ_{j ≤ i} α_ij^h v_j^h))
 
@@ -25,18 +27,20 @@ Attention sublayer, ``attention="similarity"`` (no query/key/value maps):
 
 Feed-forward sublayer (GELU in its exact erf form):
 
-    Δ_i = hat(mix(W_2 GELU(W_1 realvec(H_i) + b_1) + b_2))
+    Δ_i = hat(mix(W_2 GELU(W_1 features(H_i) + b_1) + b_2))
 
 Readout (reference.readouts) of the last states: logits_i = readout(H_i^S).
 
 Decisions where SPEC §3 is silent:
-- Heads are copies, not slices. Each head of ``algebra`` attention maps realvec(H) to all d
+- Heads are copies, not slices. Each head of ``algebra`` attention maps features(H) to all d
   coordinates of g (so √d scales its scores) and the head outputs are summed, as SPEC's
   Δ_i = hat(Σ_heads Σ_j α_ij v_j) reads; each head of ``similarity`` attention has its own
   inverse temperature β_h and step η_h (heads attend at different sharpness; β_h starts at
   random values so that the heads differ). Any number of heads works for any group: nothing has
   to divide anything.
-- q, k, v are linear maps without bias, as SPEC says ("linear maps of realvec(H_i)").
+- q, k, v are linear maps without bias, as SPEC says ("linear maps of realvec(H_i)"). They and
+  the feed-forward sublayer read features(H_i), which is realvec(H_i) on the dense groups and
+  drops only the entries that are zero on G on T and BO: the same function class on G.
 - ``similarity`` uses H_i⁻¹ = ``group.inv(H_i)`` where SPEC writes H_iᴴ: the same on every compact
   group; on GL it is the true inverse, which keeps Δ_i the left-trivialized direction from H_i
   towards M_i (that of ``group.proj_tangent``), invariant under H → gH on every group. On GL,
@@ -52,7 +56,7 @@ Decisions where SPEC §3 is silent:
   unchanged on the compact groups (Re tr(Rᴴ H_iᴴ H_j R) = Re tr(H_iᴴ H_j)) and maps
   Δ_i → R⁻¹ Δ_i R (Π commutes with conjugation by R), so H_i exp(Δ_i) → H_i exp(Δ_i) R: every
   later state is shifted by the same R, through every ``similarity`` sublayer with mixing
-  ``none`` or ``scalar``. The feed-forward sublayer (a function of realvec(H_i)), ``algebra``
+  ``none`` or ``scalar``. The feed-forward sublayer (a function of features(H_i)), ``algebra``
   attention and ``lowrank`` mixing (a map of coordinates that does not commute with
   conjugation) break it, and so does GL, whose scores are not invariant (R is not unitary).
 - Incremental decoding: ``forward`` returns a ``GroupTransformerCache`` holding the state of every
@@ -60,8 +64,8 @@ Decisions where SPEC §3 is silent:
   sublayer-input states of earlier tokens) and the next position; fed back, stepping one token
   at a time equals the full-sequence forward.
 
-Initial scales (``param_spec``): on the compact groups ‖realvec(H)‖² = n, so the maps that read
-realvec(H) (W_q, W_k, W_1) start with std 1/√n and give unit-variance coordinates: algebra
+Initial scales (``param_spec``): on the compact groups ‖features(H)‖² = n, so the maps that read
+features(H) (W_q, W_k, W_1) start with std 1/√n and give unit-variance coordinates: algebra
 scores ≈ N(0, 1), GELU inputs ≈ N(0, 1). The maps that make updates carry drive =
 ``drive_scale(G)`` (reused from the group RNN: 1 on compact groups, 0.1 on GL): W_v has std
 drive/√(n d h), so that Σ_h v^h has norm ≈ drive; W_2 has std drive/√(F d); η_h = drive/h.
@@ -106,7 +110,7 @@ from autograd.tracer import getval
 
 from reference.group_rnn import drive_scale
 from reference.groups import get_group
-from reference.linalg import frobenius_inner, realvec
+from reference.linalg import frobenius_inner
 from reference.mixing import TangentMixing
 from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
 from reference.readouts import READOUTS
@@ -179,9 +183,9 @@ class AlgebraAttention:
         } | prefixed("mixing.", self.mixing.param_spec())
 
     def _heads(self, weight, states):
-        """Per-head coordinates ``[B, T', d]`` (one per head) of the map ``weight`` of realvec(states)."""
+        """Per-head coordinates ``[B, T', d]`` (one per head) of the map ``weight`` of features(states)."""
         dim = self.group.dim
-        features = realvec(states)  # [B, T', m]
+        features = self.group.features(states)  # [B, T', m]
         return [features @ weight[h * dim:(h + 1) * dim].T for h in range(self.config.num_heads)]
 
     def _score_rows(self, params, states, keys):
@@ -267,7 +271,7 @@ ATTENTIONS = {"algebra": AlgebraAttention, "similarity": SimilarityAttention}
 
 
 class FeedForward:
-    """H_i ← H_i · exp(hat(mix(W_2 GELU(W_1 realvec(H_i) + b_1) + b_2))), position by position."""
+    """H_i ← H_i · exp(hat(mix(W_2 GELU(W_1 features(H_i) + b_1) + b_2))), position by position."""
 
     def __init__(self, config, group):
         self.config, self.group = config, group
@@ -285,7 +289,7 @@ class FeedForward:
 
     def __call__(self, params, states):
         """``states: [B, T, n, n] -> [B, T, n, n]``."""
-        hidden = gelu(realvec(states) @ params["hidden.weight"].T + params["hidden.bias"])  # [B, T, F]
+        hidden = gelu(self.group.features(states) @ params["hidden.weight"].T + params["hidden.bias"])  # [B, T, F]
         c = hidden @ params["output.weight"].T + params["output.bias"]  # [B, T, d]
         c = self.mixing(sub_params(params, "mixing."), c)
         return self.group.mul(states, self.group.exp(self.group.hat(c)))

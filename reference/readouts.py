@@ -1,6 +1,6 @@
 """Readouts from group-valued states to logits (SPEC §2).
 
-``linear``:     logits_v = Σ_k R_vk realvec(H)_k + c_v             R: [V, n²] (2n² complex)
+``linear``:     logits_v = Σ_k R_vk features(H)_k + c_v            R: [V, m], m = group.num_features
 ``prototype``:  logits_v = τ · Re tr(H^H P_v)                     P_v ∈ G, τ ∈ ℝ (init 1/√n)
 """
 
@@ -8,26 +8,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.linalg import frobenius_inner, realvec
+from reference.linalg import frobenius_inner
 from reference.params import ParamSpec
 
 
 class LinearReadout:
-    """Affine map of realvec(H). ``states: [..., n, n] -> logits: [..., V]``."""
+    """Affine map of features(H) (SPEC §2: the entries of H the group allows to be non-zero).
+    ``states: [..., n, n] -> logits: [..., V]``. On the compact groups ‖features(H)‖² = n, so R
+    starts with std 1/√n (unit-variance logits)."""
 
     def __init__(self, group, vocab_size):
         self.group, self.vocab_size = group, vocab_size
-        self.features = group.n * group.n * (2 if group.is_complex else 1)
 
     def param_spec(self):
         n = self.group.n
         return {
-            "weight": ParamSpec((self.vocab_size, self.features), std=1.0 / np.sqrt(n)),
+            "weight": ParamSpec((self.vocab_size, self.group.num_features), std=1.0 / np.sqrt(n)),
             "bias": ParamSpec((self.vocab_size,), scale=0.1),
         }
 
     def __call__(self, params, states):
-        return realvec(states) @ params["weight"].T + params["bias"]
+        return self.group.features(states) @ params["weight"].T + params["bias"]
 
 
 class PrototypeReadout:
