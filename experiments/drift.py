@@ -27,10 +27,9 @@ from reference.config import GroupRNNConfig  # noqa: E402
 COMPACT = ("O", "SO", "U", "SU", "T", "BO")
 
 
-def unitarity_error(states):
-    """max |H^H H − I| per time step. ``states: [B, T, n, n] -> [T]``."""
-    eye = torch.eye(states.shape[-1], dtype=states.dtype)
-    return (states.mH @ states - eye).abs().amax(dim=(0, 2, 3))
+def unitarity_error(group, states):
+    """max |H^H H − I| per time step (``group.distance``). ``states: [B, T, n, n] -> [T]``."""
+    return group.distance(states).amax(dim=0)
 
 
 @torch.no_grad()
@@ -39,7 +38,7 @@ def drift_curve(group, n, steps, reproject_every, seed, record_every):
     model = GroupRNN(config, dtype=torch.float32, generator=torch.Generator().manual_seed(seed))
     tokens = torch.from_numpy(np.random.default_rng(seed).integers(0, 50, size=(4, steps)))
     _, cache = model(tokens)
-    errors = unitarity_error(cache.states)
+    errors = unitarity_error(model.group, cache.states)
     return [float(errors[t - 1]) for t in range(record_every, steps + 1, record_every)]
 
 

@@ -242,9 +242,7 @@ def group_drift(model):
     drift = 0.0
     for p in model.parameters():
         if isinstance(p, geoopt.ManifoldParameter) and p.manifold.group.is_compact:
-            x = p.detach()
-            eye = torch.eye(x.shape[-1], dtype=x.dtype, device=x.device)
-            drift = max(drift, (x.mH @ x - eye).abs().max().item())
+            drift = max(drift, p.manifold.group.distance(p.detach()).max().item())
     return drift
 
 

@@ -51,14 +51,20 @@ def algebra_violation(name, a, block=None):
     return float(max(np.max(p, initial=0.0) for p in parts))
 
 
+def unitarity_defect(x):
+    """max |xᴴx − I| of each matrix ``x: [..., n, n] -> [...]``."""
+    x = np.asarray(x)
+    gram = np.conj(np.swapaxes(x, -1, -2)) @ x
+    return np.max(np.abs(gram - np.eye(x.shape[-1])), axis=(-2, -1), initial=0.0)
+
+
 def group_violation(name, x, block=None):
     """How far ``x: [..., n, n]`` is from the group ``name`` (max-abs; 0 on it), from definitions."""
     x = np.asarray(x)
     n = x.shape[-1]
     if name == "GL":
         return 0.0 if np.all(np.linalg.svd(x, compute_uv=False)[..., -1] > 1e-8) else np.inf
-    xh = np.conj(np.swapaxes(x, -1, -2))
-    parts = [np.abs(xh @ x - np.eye(n))]
+    parts = [unitarity_defect(x)]
     if name in ("O", "SO", "BO"):
         parts.append(np.abs(np.imag(x)))
     if name in ("SO", "SU"):

@@ -5,9 +5,8 @@ import pytest
 import scipy.linalg
 
 from parity_tests.conftest import BATCH_IDS, BATCH_SHAPES
-from parity_tests.oracles import algebra_violation, group_violation, taylor_expm
+from parity_tests.oracles import algebra_violation, group_violation, state_features, taylor_expm, unitarity_defect
 from parity_tests.tolerances import EXPM_ORACLE_RTOL, HAAR_MOMENT_ATOL, group_atol
-from reference.config import algebra_dim
 
 batch_shapes = pytest.mark.parametrize("batch_shape", BATCH_SHAPES, ids=BATCH_IDS)
 
@@ -72,11 +71,72 @@ def test_proj_is_an_orthogonal_idempotent_projection_onto_the_algebra(backend, g
     close(backend.numpy(group.inner(residual, b)), np.zeros(batch_shape), tol)
 
 
+def algebra_rank(backend, group):
+    """dim g counted independently of ``dim``: the rank of Π over a real basis of the ambient
+    matrices (n² real units, plus n² imaginary ones on the complex groups)."""
+    n = group.n
+    units = np.eye(n * n).reshape(n * n, n, n)
+    ambient_basis = np.concatenate([units, 1j * units]) if group.is_complex else units
+    images = backend.numpy(group.proj(backend.array(ambient_basis))).reshape(len(ambient_basis), -1)
+    real_images = np.concatenate([images.real, images.imag], axis=-1)
+    return np.linalg.matrix_rank(real_images, tol=1e-4)
+
+
+@batch_shapes
+def test_features_are_the_supported_entries_and_carry_the_inner_product(backend, group_case, batch_shape, atol):
+    """features(x) against SPEC §2's definition entry by entry, its length, and (the readout's and
+    the prototype readout's premise) <x, y> = features(x) · features(y) on the group."""
+    name, n, block = group_case
+    group = backend.group(name, n, block)
+    x, y = sample(backend, group, batch_shape, seed=3), sample(backend, group, batch_shape, seed=4)
+    features = backend.numpy(group.features(x))
+    assert features.shape == batch_shape + (group.num_features,)
+    for i in np.ndindex(batch_shape):
+        close(features[i], state_features(name, backend.numpy(x)[i], block), atol)
+    dot = np.sum(features * backend.numpy(group.features(y)), axis=-1)
+    close(dot, backend.numpy(group.inner(x, y)), group_atol(backend.dtype, n))
+
+
+def test_num_features_of_the_structured_groups(backend):
+    """SPEC §2: all n² entries (2n² complex) on the dense groups, 2n on T, k·b² on BO."""
+    expected = {("O", 5, None): 25, ("SO", 5, None): 25, ("GL", 5, None): 25, ("U", 5, None): 50,
+                ("SU", 5, None): 50, ("T", 5, None): 10, ("BO", 6, 2): 12, ("BO", 6, 3): 18}
+    for (name, n, block), count in expected.items():
+        assert backend.group(name, n, block).num_features == count, name
+
+
+@batch_shapes
+def test_distance_is_the_unitarity_defect(backend, group_case, batch_shape, atol):
+    """distance(x) = max|xᴴx − I| per matrix (computed independently), 0 on the group; 0 for GL,
+    which is dense among the matrices."""
+    name, n, block = group_case
+    group = backend.group(name, n, block)
+    on = backend.numpy(group.distance(sample(backend, group, batch_shape)))
+    assert on.shape == batch_shape and np.all(on <= group_atol(backend.dtype, n))
+    off = ambient(12, batch_shape + (n, n), group.is_complex)
+    off_distance = backend.numpy(group.distance(backend.array(off)))
+    close(off_distance, np.zeros(batch_shape) if name == "GL" else unitarity_defect(off),
+          group_atol(backend.dtype, n) * max(1.0, np.max(np.abs(off), initial=0.0)) ** 2)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_mul_translates_ambient_matrices(backend, group_case, side, atol):
+    """mul(x, a) = x a and mul(a, x) = a x for an element x and any ambient a (the translations
+    of proj_tangent and retr): the structured products must stay exact with one dense factor."""
+    name, n, block = group_case
+    group = backend.group(name, n, block)
+    x = sample(backend, group, (3,))
+    a = ambient(13, (3, n, n), group.is_complex)
+    got = group.mul(x, backend.array(a)) if side == "left" else group.mul(backend.array(a), x)
+    expected = backend.numpy(x) @ a if side == "left" else a @ backend.numpy(x)
+    close(backend.numpy(got), expected, group_atol(backend.dtype, n) * max(1.0, np.abs(a).max()))
+
+
 @batch_shapes
 def test_hat_and_vee_are_inverse_and_the_basis_is_orthonormal(backend, group_case, batch_shape, atol):
     name, n, block = group_case
     group = backend.group(name, n, block)
-    assert group.dim == algebra_dim(name, n, block)
+    assert group.dim == algebra_rank(backend, group)
     c = backend.array(np.random.default_rng(2).standard_normal(batch_shape + (group.dim,)))
     a = group.hat(c)
     assert algebra_violation(name, backend.numpy(a), block) <= atol
