@@ -244,6 +244,8 @@ TEMPLATES = {
     "rnn_O": GroupRNNConfig(VOCAB, group="O"),
     "rnn_U": GroupRNNConfig(VOCAB, group="U"),
     "rnn_GL": GroupRNNConfig(VOCAB, group="GL"),
+    "rnn_T": GroupRNNConfig(VOCAB, group="T"),
+    "rnn_BO": GroupRNNConfig(VOCAB, group="BO"),
 }
 BUDGETS = [100_000, 500_000, 2_000_000]
 
