@@ -211,6 +211,22 @@ class Group:
     def nearest(self, m):
         raise NotImplementedError
 
+    # ---- the packed form (see the reference) ----------------------------------------------
+    def pack(self, x):
+        return x
+
+    def unpack(self, p):
+        return p
+
+    def packed_exp(self, c):
+        return self.exp(self.hat(c))
+
+    def packed_mul(self, p, q):
+        return self.mul(p, q)
+
+    def packed_features(self, p):
+        return self.features(p)
+
     def refine(self, x):
         if not self.is_compact:
             return x
@@ -432,6 +448,21 @@ class Torus(Group):
         phase = torch.where(magnitude > 0, d / torch.where(magnitude > 0, magnitude, 1.0), 1.0)
         return torch.diag_embed(phase)
 
+    def pack(self, x):
+        return diagonal(x)
+
+    def unpack(self, p):
+        return torch.diag_embed(p)
+
+    def packed_exp(self, c):
+        return torch.complex(torch.zeros_like(c), c).exp()
+
+    def packed_mul(self, p, q):
+        return p * q
+
+    def packed_features(self, p):
+        return torch.cat([p.real, p.imag], dim=-1)
+
 
 class BlockOrthogonal(Group):
     """BO = block-diagonal O(b)^k; mirror of reference.groups.BlockOrthogonal."""
@@ -447,6 +478,7 @@ class BlockOrthogonal(Group):
             raise ValueError(f"BO needs n divisible by the block size: n={n}, block={block}")
         super().__init__(n)
         self.block = block
+        self._block_group = Orthogonal(block)  # the algebra of one block, in BO's coordinate order
         rows, cols = torch.triu_indices(block, block, 1)
         offsets = torch.arange(0, n, block).repeat_interleave(rows.numel())
         self._rows, self._cols = rows.repeat(n // block) + offsets, cols.repeat(n // block) + offsets
@@ -492,6 +524,23 @@ class BlockOrthogonal(Group):
 
     def nearest(self, m):
         return from_blocks(polar(to_blocks(m.real, self.block)))
+
+    def pack(self, x):
+        return to_blocks(x, self.block)
+
+    def unpack(self, p):
+        return from_blocks(p)
+
+    def packed_exp(self, c):
+        """Per block, from O(b)'s coordinates, in closed form for b = 2, 3 (no n×n matrix)."""
+        blocks = c.unflatten(-1, (self.n // self.block, self._block_group.dim))
+        return _orthogonal_exp(self._block_group.hat(blocks))
+
+    def packed_mul(self, p, q):
+        return p @ q
+
+    def packed_features(self, p):
+        return p.flatten(-3)
 
 
 class GeneralLinear(Group):

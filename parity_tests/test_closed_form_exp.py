@@ -95,3 +95,18 @@ def test_gradients_match_the_general_exponential(group, scale, dtype):
     got = vjp(lambda g, a: g.exp(a), c, DTYPES[dtype])
     rtol = PARITY[dtype]["gradient"] if dtype == "float32" else GROUP_ATOL["float64"] * 100
     assert torch.max(torch.abs(got - expected)) <= rtol * max(1.0, torch.max(torch.abs(expected)).item())
+
+
+@pytest.mark.parametrize("name, n, block", [("T", 4, None), ("BO", 6, 2), ("BO", 6, 3)], ids=["T4", "BO6b2", "BO6b3"])
+def test_packed_operations_have_finite_difference_gradients(name, n, block):
+    """gradcheck (float64) of the packed exponential, product and features of the structured groups."""
+    group = get_group(name, n, block)
+    c = torch.randn(2, group.dim, generator=torch.Generator().manual_seed(6), dtype=torch.float64, requires_grad=True)
+    d = torch.randn(2, group.dim, generator=torch.Generator().manual_seed(7), dtype=torch.float64, requires_grad=True)
+
+    def real(z):
+        return torch.view_as_real(z) if z.is_complex() else z
+
+    assert torch.autograd.gradcheck(lambda c, d: real(group.packed_mul(group.packed_exp(c), group.packed_exp(d))),
+                                    (c, d))
+    assert torch.autograd.gradcheck(lambda c: group.packed_features(group.packed_exp(c)), (c,))

@@ -119,6 +119,24 @@ def test_distance_is_the_unitarity_defect(backend, group_case, batch_shape, atol
           group_atol(backend.dtype, n) * max(1.0, np.max(np.abs(off), initial=0.0)) ** 2)
 
 
+@batch_shapes
+def test_packed_form_agrees_with_the_matrices(backend, group_case, batch_shape, atol):
+    """unpack∘pack is the identity on the group, and packed_exp / packed_mul / packed_features
+    are exp∘hat / mul / features of the unpacked matrices (themselves checked against oracles)."""
+    name, n, block = group_case
+    group = backend.group(name, n, block)
+    tol = group_atol(backend.dtype, n)
+    x, y = sample(backend, group, batch_shape, seed=3), sample(backend, group, batch_shape, seed=4)
+    p, q = group.pack(x), group.pack(y)
+    packed_reals = np.prod(p.shape[len(batch_shape):]) * (2 if group.is_complex else 1)
+    assert packed_reals == group.num_features  # the packed form stores the support, nothing else
+    close(backend.numpy(group.unpack(p)), backend.numpy(x), atol)
+    close(backend.numpy(group.unpack(group.packed_mul(p, q))), backend.numpy(group.mul(x, y)), tol)
+    close(backend.numpy(group.packed_features(p)), backend.numpy(group.features(x)), atol)
+    c = backend.array(np.random.default_rng(5).standard_normal(batch_shape + (group.dim,)))
+    close(backend.numpy(group.unpack(group.packed_exp(c))), backend.numpy(group.exp(group.hat(c))), tol)
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_mul_translates_ambient_matrices(backend, group_case, side, atol):
     """mul(x, a) = x a and mul(a, x) = a x for an element x and any ambient a (the translations

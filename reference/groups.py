@@ -25,6 +25,17 @@ of the entries of x that the group allows to be non-zero (its support), row-majo
 
 On the group, <x, y> = features(x) · features(y) (the entries off the support are zero).
 
+Packed form: ``pack(x)`` keeps only the support, in the group's own layout, and ``unpack`` puts it
+back; ``packed_exp(c) = pack(exp(hat(c)))``, ``packed_mul(p, q) = pack(mul(unpack p, unpack q))``
+for elements and ``packed_features(p) = features(unpack p)`` never form an n×n matrix:
+
+    dense groups   the n×n matrix itself           [..., n, n]
+    T              the diagonal e^{iθ}             [..., n]        exp and product elementwise
+    BO             the blocks                      [..., k, b, b]  exp and product per block
+
+A recurrence can run on packed states (O(n) per torus state, O(n·b) per BO state) and unpack
+only the states it returns.
+
 For the compact groups ``inv(x) = x^H`` and the inner product is bi-invariant, so
 ``proj_tangent(x, u) = x Π(x^H u)`` is the Riemannian gradient of an ambient gradient u and
 ``retr(x, u) = x exp(Π(x^H u))`` is the Riemannian exponential map. GL(n) is not compact and
@@ -262,6 +273,27 @@ class Group:
         """Closest group element to an ambient matrix (used to re-project drifted states)."""
         raise NotImplementedError
 
+    # ---- the packed form (module docstring) -----------------------------------------------
+    def pack(self, x):
+        """The entries of ``x: [..., n, n]`` on the support, in the group's layout (dense: x)."""
+        return x
+
+    def unpack(self, p):
+        """The n×n matrix of a packed ``p`` (zero off the support)."""
+        return p
+
+    def packed_exp(self, c):
+        """``pack(exp(hat(c)))`` of coordinates ``c: [..., dim]``."""
+        return self.exp(self.hat(c))
+
+    def packed_mul(self, p, q):
+        """``pack(unpack(p) · unpack(q))`` for packed elements p, q."""
+        return self.mul(p, q)
+
+    def packed_features(self, p):
+        """``features(unpack(p))``: ``[..., num_features]``."""
+        return self.features(p)
+
     def refine(self, x):
         """One Newton step of the polar iteration, x (3I − x^H x) / 2: the identity on the group,
         and for x within δ of it (‖x^H x − I‖ = δ) a point within O(δ²). Removes the rounding
@@ -422,6 +454,23 @@ class Torus(Group):
         phase = np.where(magnitude > 0, d / np.where(magnitude > 0, magnitude, 1.0), 1.0)
         return self._diag(phase)
 
+    def pack(self, x):
+        """The diagonal ``[..., n]``."""
+        return diagonal(x)
+
+    def unpack(self, p):
+        return self._diag(p)
+
+    def packed_exp(self, c):
+        """e^{i c}, elementwise."""
+        return anp.exp(1j * c)
+
+    def packed_mul(self, p, q):
+        return p * q
+
+    def packed_features(self, p):
+        return anp.concatenate([anp.real(p), anp.imag(p)], axis=-1)
+
 
 class BlockOrthogonal(Group):
     """BO: block-diagonal O(b)^k with n = k·b; g = block-diagonal skew matrices.
@@ -442,6 +491,7 @@ class BlockOrthogonal(Group):
             raise ValueError(f"BO needs n divisible by the block size: n={n}, block={block}")
         self.block = int(block)
         super().__init__(n)
+        self._block_group = Orthogonal(self.block)  # the algebra of one block, in BO's coordinate order
 
     @cached_property
     def mask(self):
@@ -483,6 +533,29 @@ class BlockOrthogonal(Group):
 
     def nearest(self, m):
         return from_blocks(polar(to_blocks(np.real(m), self.block)))
+
+    def pack(self, x):
+        """The diagonal blocks ``[..., k, b, b]`` (a gather of the support: differentiable)."""
+        b = self.block
+        flat = anp.reshape(x, x.shape[:-2] + (-1,))[..., self._support()]
+        return anp.reshape(flat, x.shape[:-2] + (self.n // b, b, b))
+
+    def unpack(self, p):
+        """Block-diagonal matrix of the blocks: out[j·b + r, l·b + c] = p[j, r, c] δ_jl."""
+        k, b = p.shape[-3], p.shape[-1]
+        spread = anp.einsum("...jrc,jl->...jrlc", p, np.eye(k))
+        return anp.reshape(spread, p.shape[:-3] + (k * b, k * b))
+
+    def packed_exp(self, c):
+        """exp per block: block j's coordinates, in O(b)'s order, exponentiated as b×b matrices."""
+        shape = c.shape[:-1] + (self.n // self.block, self._block_group.dim)
+        return expm(self._block_group.hat(anp.reshape(c, shape)))  # [..., k, b, b]
+
+    def packed_mul(self, p, q):
+        return anp.matmul(p, q)
+
+    def packed_features(self, p):
+        return anp.reshape(p, p.shape[:-3] + (-1,))
 
 
 class GeneralLinear(Group):
