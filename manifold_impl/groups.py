@@ -455,7 +455,7 @@ class Torus(Group):
         return torch.diag_embed(p)
 
     def packed_exp(self, c):
-        return torch.complex(torch.zeros_like(c), c).exp()
+        return torch.polar(torch.ones_like(c), c)
 
     def packed_mul(self, p, q):
         return p * q
@@ -532,7 +532,13 @@ class BlockOrthogonal(Group):
         return from_blocks(p)
 
     def packed_exp(self, c):
-        """Per block, from O(b)'s coordinates, in closed form for b = 2, 3 (no n×n matrix)."""
+        """Per block, from O(b)'s coordinates, in closed form for b = 2, 3 (no n×n matrix). For
+        b = 2 block j is the rotation by φ = c_j/√2 (its generator has ±c_j/√2 off the diagonal),
+        written straight from cos φ and sin φ."""
+        if self.block == 2:
+            angle = c / math.sqrt(2)
+            cos, sin = torch.cos(angle), torch.sin(angle)
+            return torch.stack([cos, sin, -sin, cos], dim=-1).unflatten(-1, (2, 2))
         blocks = c.unflatten(-1, (self.n // self.block, self._block_group.dim))
         return _orthogonal_exp(self._block_group.hat(blocks))
 
