@@ -22,9 +22,10 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from manifold_impl.group_rnn import GroupRNN  # noqa: E402
+from manifold_impl.groups import GROUPS  # noqa: E402
 from reference.config import GroupRNNConfig  # noqa: E402
 
-COMPACT = ("O", "SO", "U", "SU", "T", "BO")
+COMPACT = tuple(name for name, group in GROUPS.items() if group.is_compact)
 
 
 def unitarity_error(group, states):
