@@ -20,12 +20,15 @@ Decisions:
   Init: embedding N(0, 1) (as the group RNN), LSTM weights and biases U(±1/√H) (torch's default),
   head weight U(±1/√H), head bias 0. ``dropout`` acts on the embedding output, between LSTM
   layers and on the last LSTM output.
-- ``GPTLanguageModel``: token + learned absolute position embeddings (``max_length`` positions) →
-  ``num_layers`` pre-norm blocks x + attn(LN(x)), x + MLP(LN(x)) → final LayerNorm → linear head
-  with bias (untied from the embedding, like the group models' readouts). Attention: one fused
+- ``GPTLanguageModel``: token embedding (+ learned absolute position embeddings of ``max_length``
+  positions when ``positions="learned"``) → ``num_layers`` pre-norm blocks x + attn(LN(x)),
+  x + MLP(LN(x)) → final LayerNorm → linear head with bias (untied from the embedding, like the group models' readouts). Attention: one fused
   q/k/v map with bias, ``num_heads`` heads of width ``width / num_heads``,
   ``scaled_dot_product_attention(is_causal=True)`` (with cached keys and values: a mask that lets
-  query i see keys j ≤ P + i), output projection with bias. MLP: Linear →
+  query i see keys j ≤ P + i), output projection with bias. With ``positions="rotary"`` each
+  head's queries and keys are rotated (Su et al. 2021; the cache holds rotated keys); with
+  ``positions="alibi"`` each head adds a linear distance bias to its scores (Press et al. 2022):
+  neither has parameters nor a length limit (``experiments.positions``). MLP: Linear →
   GELU (exact) → Linear, hidden width ``mlp_width`` (default 4·width). Init as GPT-2: weights and
   embeddings N(0, 0.02), the two residual output projections N(0, 0.02/√(2·num_layers)), biases 0,
   LayerNorm (1, 0). ``dropout`` on the embedding sum, the attention weights, and each residual branch.
@@ -41,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from experiments.positions import POSITIONS, alibi_mask, rotate
 from manifold_impl.validation import check_cache, check_tokens
 
 GPT_INIT_STD = 0.02
@@ -108,9 +112,14 @@ class GPTConfig:
             ``num_heads``.
         num_layers: Transformer blocks.
         num_heads: attention heads, each of width d / num_heads.
-        max_length: learned positions; longer inputs are refused.
+        max_length: number of learned positions; with ``positions="learned"`` longer inputs are
+            refused. Rotary and ALiBi positions do not use it (no limit).
         mlp_width: hidden width of the MLP; None means ``GPT_MLP_RATIO`` · d.
         dropout: dropout probability (0 disables it).
+        positions: the position scheme, one of ``POSITIONS``: ``"learned"`` (absolute embeddings
+            added to the tokens), ``"rotary"`` (queries and keys rotated per head; needs an even
+            head width) or ``"alibi"`` (linear attention biases per head); see
+            ``experiments.positions``.
     """
 
     vocab_size: int
@@ -120,6 +129,7 @@ class GPTConfig:
     max_length: int = 256
     mlp_width: int | None = None
     dropout: float = 0.0
+    positions: str = "learned"
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
@@ -132,6 +142,12 @@ class GPTConfig:
         if self.mlp_width is not None:
             _require_int("mlp_width", self.mlp_width, 1)
         _require_dropout(self.dropout)
+        if not isinstance(self.positions, str):
+            raise TypeError(f"positions must be a str, got {type(self.positions).__name__}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"unknown positions {self.positions!r}; choose one of {POSITIONS}")
+        if self.positions == "rotary" and self.head_dim % 2:
+            raise ValueError(f"rotary positions need an even head width; width / num_heads = {self.head_dim}")
 
     @property
     def mlp_hidden(self):
@@ -184,7 +200,8 @@ class GPTCache(NamedTuple):
     """Keys and values of the tokens so far, one pair per block, and the next position.
 
     Attributes:
-        keys, values: tuples of ``num_layers`` tensors [B, h, P, d/h].
+        keys, values: tuples of ``num_layers`` tensors [B, h, P, d/h] (with rotary positions the
+            keys as rotated at their positions).
         position: P, the global index of the next token (absolute positions: always the number
             of cached tokens).
     """
@@ -245,12 +262,13 @@ class LSTMLanguageModel(nn.Module):
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention: ``x: [B, T, d]`` (and cached keys and values of P
-    earlier tokens) -> (``[B, T, d]``, keys and values ``[B, h, P + T, d/h]``)."""
+    earlier tokens) -> (``[B, T, d]``, keys and values ``[B, h, P + T, d/h]``), with rotary or ALiBi
+    positions when the config asks for them."""
 
     def __init__(self, config, device=None, dtype=None):
         super().__init__()
         factory = {"device": device, "dtype": dtype}
-        self.num_heads, self.dropout = config.num_heads, config.dropout
+        self.num_heads, self.dropout, self.positions = config.num_heads, config.dropout, config.positions
         self.qkv = nn.Linear(config.width, 3 * config.width, **factory)
         self.proj = nn.Linear(config.width, config.width, **factory)
 
@@ -258,10 +276,16 @@ class CausalSelfAttention(nn.Module):
         batch, length, width = x.shape
         heads = self.num_heads
         q, k, v = self.qkv(x).view(batch, length, 3, heads, width // heads).permute(2, 0, 3, 1, 4)  # [B, h, T, d/h]
-        mask = None
+        past = 0 if past_keys is None else past_keys.shape[2]  # P
+        if self.positions == "rotary":
+            q, k = rotate(q, past), rotate(k, past)  # at positions P … P + T − 1
         if past_keys is not None:
             k, v = torch.cat([past_keys, k], dim=2), torch.cat([past_values, v], dim=2)  # [B, h, P + T, d/h]
-            mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - length)
+        mask = None
+        if self.positions == "alibi":
+            mask = alibi_mask(heads, length, past + length, q.dtype, q.device)  # [h, T, P + T]
+        elif past_keys is not None:
+            mask = torch.ones(length, past + length, dtype=torch.bool, device=x.device).tril(past)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
                                            is_causal=mask is None)  # [B, h, T, d/h]
         return self.proj(y.transpose(1, 2).reshape(batch, length, width)), k, v
@@ -288,7 +312,7 @@ class TransformerBlock(nn.Module):
 
 
 class GPTLanguageModel(nn.Module):
-    """GPT-style causal Transformer LM (pre-norm, learned absolute positions).
+    """GPT-style causal Transformer LM (pre-norm; learned, rotary or ALiBi positions).
 
     Args:
         config: a ``GPTConfig``.
@@ -304,7 +328,8 @@ class GPTLanguageModel(nn.Module):
         self.config = config
         factory = {"device": device, "dtype": dtype}
         self.token_embedding = nn.Embedding(config.vocab_size, config.width, **factory)
-        self.position_embedding = nn.Embedding(config.max_length, config.width, **factory)
+        if config.positions == "learned":
+            self.position_embedding = nn.Embedding(config.max_length, config.width, **factory)
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(config, **factory) for _ in range(config.num_layers))
         self.final_norm = nn.LayerNorm(config.width, **factory)
@@ -326,26 +351,34 @@ class GPTLanguageModel(nn.Module):
             _draw(block.attention.proj.weight, residual, generator)
             _draw(block.mlp[2].weight, residual, generator)
 
+    def _embed(self, tokens, start=0):
+        """Token embeddings of ``tokens: [B, T]`` at global positions ``start`` … ``start + T − 1``
+        plus, for learned positions, their position embeddings (refusing positions past
+        ``max_length``): ``[B, T, d]``."""
+        embedded = self.token_embedding(tokens)  # [B, T, d]
+        if self.config.positions != "learned":
+            return embedded
+        end = start + tokens.shape[1]
+        if end > self.config.max_length:
+            raise ValueError(f"sequence length {end} exceeds max_length={self.config.max_length} "
+                             "(the model has no positions beyond it)")
+        return embedded + self.position_embedding(torch.arange(start, end, device=tokens.device))
+
     def forward(self, tokens, cache=None):
         """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``GPTCache``); ``cache``: that of an
-        earlier call, to continue its sequences (None: position 0). Positions past
-        ``max_length`` are refused."""
+        earlier call, to continue its sequences (None: position 0). With learned positions,
+        positions past ``max_length`` are refused."""
         tokens = check_tokens(tokens, self.config.vocab_size)
         past_keys, past_values, position = (None,) * self.config.num_layers, (None,) * self.config.num_layers, 0
         if cache is not None:
             past_keys, past_values, position = self._check_cache(cache, tokens.shape[0])
-        length = position + tokens.shape[1]
-        if length > self.config.max_length:
-            raise ValueError(f"sequence length {length} exceeds max_length={self.config.max_length} "
-                             "(the model has no positions beyond it)")
-        positions = torch.arange(position, length, device=tokens.device)
-        x = self.dropout(self.token_embedding(tokens) + self.position_embedding(positions))  # [B, T, d]
+        x = self.dropout(self._embed(tokens, position))  # [B, T, d]
         keys, values = [], []
         for block, block_keys, block_values in zip(self.blocks, past_keys, past_values):
             x, block_keys, block_values = block(x, block_keys, block_values)
             keys.append(block_keys)
             values.append(block_values)
-        return self.head(self.final_norm(x)), GPTCache(tuple(keys), tuple(values), length)
+        return self.head(self.final_norm(x)), GPTCache(tuple(keys), tuple(values), position + tokens.shape[1])
 
     def _check_cache(self, cache, batch):
         """The cache's keys, values and position, after checking their count and shapes."""

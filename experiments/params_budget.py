@@ -22,7 +22,7 @@ least from its default (in ratio) wins. Defaults per family:
 | config | free fields (coarse, fine) | coarse steps | fine range | fine default |
 |---|---|---|---|---|
 | ``LSTMConfig`` | ``hidden_size``, ``embedding_dim`` | 1 | 1 … 2¹⁶ | = hidden_size |
-| ``GPTConfig`` | ``width``, ``mlp_width`` | ``num_heads`` | 2·width … 6·width | 4·width |
+| ``GPTConfig`` | ``width``, ``mlp_width`` | ``num_heads`` (rotary: 2·``num_heads``) | 2·width … 6·width | 4·width |
 | ``GroupRNNConfig`` | ``n``, ``embedding_dim`` | 1 (``block`` for BO) | 1 … 2¹⁶ | the template's (32) |
 
 (n starts at the smallest size whose Lie algebra is not 0-dimensional, asked of the group.)
@@ -77,7 +77,8 @@ def _gpt_count(config):
              + 2 * width                      # MLP LayerNorm
              + width * hidden + hidden        # MLP in
              + hidden * width + width)        # MLP out
-    return (vocab * width + config.max_length * width + config.num_layers * block
+    positions = config.max_length * width if config.positions == "learned" else 0  # rotary, ALiBi: none
+    return (vocab * width + positions + config.num_layers * block
             + 2 * width + width * vocab + vocab)
 
 
@@ -117,7 +118,8 @@ def _axis(config, field):
     if isinstance(config, LSTMConfig) and field in ("hidden_size", "embedding_dim"):
         return 1, 1, MAX_SIZE
     if isinstance(config, GPTConfig) and field == "width":
-        return config.num_heads, config.num_heads, MAX_SIZE
+        step = config.num_heads * (2 if config.positions == "rotary" else 1)  # rotary: even head width
+        return step, step, MAX_SIZE
     if isinstance(config, GPTConfig) and field == "mlp_width":
         return 2 * config.width, 1, 6 * config.width
     if isinstance(config, (GroupRNNConfig, GroupTransformerConfig)) and field == "n":

@@ -1,11 +1,14 @@
-"""Baselines (LSTM, GPT) and matched parameter budgets: shapes, causality, stepping with the cache,
-refused input, parameter counts against independent formulas, and sizing to ±2% of 100k / 500k / 2M
-parameters."""
+"""Baselines (LSTM, GPT with learned, rotary and ALiBi positions) and matched parameter budgets:
+shapes, causality, stepping with the cache, refused input, the position schemes against closed
+forms and hand-computed examples, parameter counts against independent formulas, and sizing to
+±2% of 100k / 500k / 2M parameters."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,6 +20,7 @@ from experiments.params_budget import (
     parameter_count,
     size_to_budget,
 )
+from experiments.positions import alibi_mask, alibi_slopes, rotate
 from manifold_impl.group_rnn import GroupRNN
 from parity_tests.harness import relative_error, run_stepped
 from parity_tests.tolerances import PARITY
@@ -27,9 +31,13 @@ VOCAB = 65  # Tiny Shakespeare's characters
 SMALL = {
     "lstm": LSTMConfig(VOCAB, hidden_size=16, num_layers=2, embedding_dim=8),
     "gpt": GPTConfig(VOCAB, width=16, num_layers=2, num_heads=4, max_length=12),
+    "gpt_rotary": GPTConfig(VOCAB, width=16, num_layers=2, num_heads=4, max_length=12, positions="rotary"),
+    "gpt_alibi": GPTConfig(VOCAB, width=16, num_layers=2, num_heads=4, max_length=12, positions="alibi"),
 }
-MODELS = {"lstm": LSTMLanguageModel, "gpt": GPTLanguageModel}
-CACHES = {"lstm": LSTMCache, "gpt": GPTCache}
+MODELS = {"lstm": LSTMLanguageModel, "gpt": GPTLanguageModel, "gpt_rotary": GPTLanguageModel,
+          "gpt_alibi": GPTLanguageModel}
+CACHES = {"lstm": LSTMCache, "gpt": GPTCache, "gpt_rotary": GPTCache, "gpt_alibi": GPTCache}
+POSITION_FREE = ["gpt_rotary", "gpt_alibi"]
 KINDS = list(SMALL)
 
 
@@ -135,7 +143,7 @@ BAD_CACHES = {
 }
 
 
-@pytest.mark.parametrize("kind, case", [(k, c) for k in KINDS for c in BAD_CACHES[k]])
+@pytest.mark.parametrize("kind, case", [(k, c) for k in BAD_CACHES for c in BAD_CACHES[k]])
 def test_bad_cache_refused(kind, case):
     corrupt, error, message = BAD_CACHES[kind][case]
     model = make(kind)
@@ -174,6 +182,35 @@ def test_gpt_refuses_sequences_beyond_max_length():
         make("gpt")(random_tokens(1, 13))
 
 
+@pytest.mark.parametrize("kind", POSITION_FREE, ids=POSITION_FREE)
+def test_rotary_and_alibi_continue_from_the_cache_beyond_max_length(kind):
+    """40 tokens (max_length = 12) as 30 + 10 and then token by token: the full sequence's logits."""
+    model = make(kind, dtype=torch.float64)
+    tokens = random_tokens(2, 40)
+    with torch.no_grad():
+        full, _ = model(tokens)
+        head, cache = model(tokens[:, :30])
+        tail, cache = model(tokens[:, 30:], cache)
+        stepped, _ = run_stepped(model, tokens, torch.cat)
+    assert cache.position == 40
+    assert relative_error(torch.cat([head, tail], dim=1), full) <= PARITY["float64"]["output"]
+    assert relative_error(stepped, full) <= PARITY["float64"]["output"]
+
+
+@pytest.mark.parametrize("kind", POSITION_FREE, ids=POSITION_FREE)
+def test_rotary_and_alibi_run_beyond_max_length_and_stay_causal(kind):
+    """Length 40 > max_length = 12; changing token 30 leaves every earlier logit unchanged."""
+    model = make(kind, dtype=torch.float64)
+    tokens = random_tokens(2, 40)
+    changed = tokens.clone()
+    changed[:, 30] = (changed[:, 30] + 1) % VOCAB
+    before, _ = model(tokens)
+    after, _ = model(changed)
+    assert before.shape == (2, 40, VOCAB) and torch.isfinite(before).all()
+    assert torch.equal(before[:, :30], after[:, :30])
+    assert not torch.allclose(before[:, 30], after[:, 30])
+
+
 BAD_CONFIGS = {
     "lstm_hidden_zero": (lambda: LSTMConfig(VOCAB, 0), ValueError, "hidden_size"),
     "lstm_hidden_str": (lambda: LSTMConfig(VOCAB, "8"), TypeError, "hidden_size"),
@@ -183,6 +220,9 @@ BAD_CONFIGS = {
     "gpt_bool_vocab": (lambda: GPTConfig(True, 8), TypeError, "vocab_size"),
     "lstm_wrong_config": (lambda: LSTMLanguageModel(SMALL["gpt"]), TypeError, "LSTMConfig"),
     "gpt_integer_dtype": (lambda: GPTLanguageModel(SMALL["gpt"], dtype=torch.int64), TypeError, "dtype"),
+    "gpt_unknown_positions": (lambda: GPTConfig(VOCAB, 8, positions="sinusoidal"), ValueError, "unknown positions"),
+    "gpt_positions_not_str": (lambda: GPTConfig(VOCAB, 8, positions=None), TypeError, "positions"),
+    "gpt_rotary_odd_head": (lambda: GPTConfig(VOCAB, 12, num_heads=4, positions="rotary"), ValueError, "even"),
 }
 
 
@@ -205,6 +245,8 @@ COUNTED = {
     "lstm_3layer_emb7": LSTMConfig(VOCAB, 12, num_layers=3, embedding_dim=7),
     "gpt_default": GPTConfig(VOCAB, 16),
     "gpt_mlp30_3layer": GPTConfig(VOCAB, 12, num_layers=3, num_heads=3, max_length=9, mlp_width=30),
+    "gpt_rotary": GPTConfig(VOCAB, 16, positions="rotary"),
+    "gpt_alibi_3head": GPTConfig(VOCAB, 12, num_heads=3, positions="alibi"),
     **{f"rnn_{g}": GroupRNNConfig(VOCAB, group=g, n=4, embedding_dim=6) for g in ("O", "SO", "U", "SU", "T", "GL")},
     "rnn_BO6b3": GroupRNNConfig(VOCAB, group="BO", n=6, block=3),
     "rnn_U_prototype": GroupRNNConfig(VOCAB, group="U", n=3, readout="prototype"),
@@ -234,6 +276,119 @@ def test_lstm_closed_form(config):
     v, h, e, layers = config.vocab_size, config.hidden_size, config.embedding_width, config.num_layers
     closed = v * e + 4 * h * (e + h + 2) + (layers - 1) * 4 * h * (2 * h + 2) + (h + 1) * v
     assert parameter_count(config) == closed == count_parameters(LSTMLanguageModel(config))
+
+
+@pytest.mark.parametrize("positions", ["rotary", "alibi"])
+def test_rotary_and_alibi_have_no_position_parameters(positions):
+    """The same model less the learned table: max_length · width = 256 · 16 fewer parameters."""
+    learned = GPTLanguageModel(GPTConfig(VOCAB, 16, max_length=256))
+    model = GPTLanguageModel(GPTConfig(VOCAB, 16, max_length=256, positions=positions))
+    assert real_numel(learned) - real_numel(model) == 256 * 16
+    assert set(dict(learned.named_parameters())) - set(dict(model.named_parameters())) == {"position_embedding.weight"}
+
+
+# --- position schemes against closed forms ------------------------------------------------------------
+
+def rotation_matrix(position, dim, base=10_000.0):
+    """R_m of RoFormer (Su et al. 2021, eq. 15): block diagonal, block i = rotation by m·base^(−2i/dim)."""
+    matrix = np.zeros((dim, dim))
+    for i in range(dim // 2):
+        angle = position * base ** (-2.0 * i / dim)
+        matrix[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[math.cos(angle), -math.sin(angle)],
+                                                     [math.sin(angle), math.cos(angle)]]
+    return matrix
+
+
+@pytest.mark.parametrize("start", [0, 5, 3000])
+def test_rotary_is_the_block_rotation(start):
+    x = torch.randn(2, 3, 7, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(start))
+    expected = np.stack([x[..., t, :].numpy() @ rotation_matrix(start + t, 6).T for t in range(7)], axis=-2)
+    np.testing.assert_allclose(rotate(x, start).numpy(), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("shift", [1, 17, 10_000])
+def test_rotary_scores_depend_only_on_relative_position(shift):
+    """q_m·k_n after rotation, for all m, n < 12 and for both shifted by ``shift``, against the
+    closed form Σ_i Re(q̃_i conj(k̃_i) e^{i(m − n)θ_i}) with q̃_i = q_{2i} + i q_{2i+1}."""
+    generator = torch.Generator().manual_seed(shift)
+    queries, keys = (torch.randn(12, 8, dtype=torch.float64, generator=generator) for _ in range(2))
+    theta = 10_000.0 ** (-np.arange(0, 8, 2) / 8)  # [4]
+    q_complex = queries.numpy()[:, 0::2] + 1j * queries.numpy()[:, 1::2]  # [12, 4]
+    k_complex = keys.numpy()[:, 0::2] + 1j * keys.numpy()[:, 1::2]
+    offset = np.arange(12)[:, None] - np.arange(12)[None, :]  # m − n
+    closed = np.einsum("mi,ni,mni->mn", q_complex, k_complex.conj(), np.exp(1j * offset[..., None] * theta)).real
+    for start in (0, shift):
+        scores = rotate(queries, start) @ rotate(keys, start).T  # [12, 12]
+        np.testing.assert_allclose(scores.numpy(), closed, rtol=0, atol=1e-9)
+
+
+SLOPES = {  # Press et al. 2022, §3: 2^(−8h/H) for H a power of two; else K = 2^⌊log2 H⌋ slopes, then odd ones of 2K
+    1: [1 / 256],
+    3: [1 / 16, 1 / 256, 1 / 4],
+    6: [1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8],
+    8: [1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256],
+    16: [2 ** -(h / 2) for h in range(1, 17)],
+}
+
+
+@pytest.mark.parametrize("heads", list(SLOPES), ids=[f"{h}heads" for h in SLOPES])
+def test_alibi_slopes(heads):
+    np.testing.assert_allclose(alibi_slopes(heads).numpy(), SLOPES[heads], rtol=1e-15)
+
+
+INF = float("inf")
+
+
+def test_alibi_bias_matrix_by_hand():
+    """2 heads (slopes 1/16, 1/256), 3 tokens: −slope · (m − n) on and below the diagonal."""
+    expected = [[[0, -INF, -INF], [-1 / 16, 0, -INF], [-2 / 16, -1 / 16, 0]],
+                [[0, -INF, -INF], [-1 / 256, 0, -INF], [-2 / 256, -1 / 256, 0]]]
+    assert torch.equal(alibi_mask(2, 3, 3, torch.float64), torch.tensor(expected, dtype=torch.float64))
+
+
+def test_alibi_bias_of_the_last_queries_by_hand():
+    """2 queries at positions 2, 3 after 4 keys (a continued sequence), 1 head (slope 1/256)."""
+    expected = [[[-2 / 256, -1 / 256, 0, -INF], [-3 / 256, -2 / 256, -1 / 256, 0]]]
+    assert torch.equal(alibi_mask(1, 2, 4, torch.float64), torch.tensor(expected, dtype=torch.float64))
+
+
+def numpy_attention(attention, x, positions):
+    """The attention sublayer written out per head in NumPy: scores (R_m q)·(R_n k)/√d_h for rotary,
+    q·k/√d_h − s_h (m − n) for ALiBi (slopes from ``SLOPES``), softmax over n ≤ m, weighted values."""
+    length, width = x.shape
+    heads = attention.num_heads
+    dim = width // heads
+    qkv = x @ attention.qkv.weight.detach().numpy().T + attention.qkv.bias.detach().numpy()  # [T, 3d]
+    q, k, v = (qkv[:, i * width:(i + 1) * width].reshape(length, heads, dim) for i in range(3))
+    offset = np.arange(length)[:, None] - np.arange(length)[None, :]  # m − n
+    out = np.zeros((length, heads, dim))
+    for h in range(heads):
+        qh, kh = q[:, h], k[:, h]
+        if positions == "rotary":
+            qh = np.stack([rotation_matrix(m, dim) @ qh[m] for m in range(length)])
+            kh = np.stack([rotation_matrix(n, dim) @ kh[n] for n in range(length)])
+        scores = qh @ kh.T / math.sqrt(dim)
+        if positions == "alibi":
+            scores = scores - SLOPES[heads][h] * offset
+        scores = np.where(offset >= 0, scores, -np.inf)
+        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+        out[:, h] = (weights / weights.sum(axis=1, keepdims=True)) @ v[:, h]
+    return out.reshape(length, width) @ attention.proj.weight.detach().numpy().T + attention.proj.bias.detach().numpy()
+
+
+@pytest.mark.parametrize("positions", ["learned", "rotary", "alibi"])
+def test_attention_sublayer_against_numpy(positions):
+    """The model's attention (8 heads of width 2, non-zero biases) at 20 > max_length tokens."""
+    config = GPTConfig(VOCAB, 16, num_heads=8, max_length=12, positions=positions)
+    model = GPTLanguageModel(config, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    attention = model.blocks[0].attention
+    with torch.no_grad():
+        attention.qkv.bias.normal_(generator=torch.Generator().manual_seed(1))
+        attention.qkv.weight.mul_(20)  # scores of order one, so positions matter
+    x = torch.randn(1, 20, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        got = attention(x)[0][0].numpy()  # (output, keys, values); output [1, T, d]
+    np.testing.assert_allclose(got, numpy_attention(attention, x[0].numpy(), positions), rtol=0, atol=1e-12)
 
 
 # --- sizing to a budget ----------------------------------------------------------------------------
