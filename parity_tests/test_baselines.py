@@ -396,6 +396,8 @@ def test_attention_sublayer_against_numpy(positions):
 TEMPLATES = {
     "lstm": LSTMConfig(VOCAB, 1),
     "gpt": GPTConfig(VOCAB, 4, num_layers=2, num_heads=4, max_length=256),
+    "gpt_rotary": GPTConfig(VOCAB, 8, num_layers=2, num_heads=4, max_length=256, positions="rotary"),
+    "gpt_alibi": GPTConfig(VOCAB, 4, num_layers=2, num_heads=4, max_length=256, positions="alibi"),
     "rnn_O": GroupRNNConfig(VOCAB, group="O"),
     "rnn_U": GroupRNNConfig(VOCAB, group="U"),
     "rnn_GL": GroupRNNConfig(VOCAB, group="GL"),
@@ -412,7 +414,8 @@ def test_sizing_hits_budget(template, target):
     count = count_parameters(build_model(config, device="meta", generator=torch.Generator()))
     assert count == parameter_count(config)
     assert abs(count - target) <= TOLERANCE * target
-    kept = {"vocab_size", "num_layers", "num_heads", "max_length", "group", "readout", "recurrent", "mixing"}
+    kept = {"vocab_size", "num_layers", "num_heads", "max_length", "positions", "group", "readout", "recurrent",
+            "mixing"}
     assert all(getattr(config, f) == getattr(template, f) for f in kept if hasattr(template, f))
 
 
