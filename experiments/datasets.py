@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TokenDataset:
-    """Vocabulary and int64 id streams for the splits ``train``, ``valid`` and (except Tiny
-    Shakespeare, which is split 90/10 into train and valid only) ``test``."""
+    """Vocabulary and int64 id streams for the splits ``train``, ``valid`` (model selection) and
+    ``test`` (Tiny Shakespeare: the first 90%, next 5% and last 5% of the file; Penn Treebank:
+    Mikolov's three files)."""
 
     name: str
     vocabulary: tuple

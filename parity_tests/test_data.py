@@ -22,6 +22,7 @@ from experiments.data.shakespeare import (
     ChecksumError,
     default_cache_dir,
     sha256_of_file,
+    split_bounds,
     tiny_shakespeare,
     tiny_shakespeare_path,
     tiny_shakespeare_text,
@@ -67,9 +68,10 @@ def no_data_dir(monkeypatch):
 # --- Tiny Shakespeare: pinned facts -------------------------------------------------------------
 
 TS_VOCABULARY = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-TS_SPLITS = {  # split: (tokens, sha256 of the id stream)
+TS_SPLITS = {  # split: (tokens, sha256 of the id stream); 90/5/5 of the 1,115,394 characters (SPEC §7)
     "train": (1_003_854, "0f4025c3c124bb920bb39e98f886c47c440860813f0768beb379a7c64f29a0db"),
-    "valid": (111_540, "370f8961a8d4fb30a33bb76b78e231454b6a08a4eedc9935e7d5aa19a5a9c8ac"),
+    "valid": (55_770, "171defec6f07e200793a9af9481b14d4a475274f39032a6dc60683832ea293d8"),
+    "test": (55_770, "a554639d4113ff92de2db75220b08c21e3cd645204a094a56be01d82a1aa56fb"),
 }
 
 
@@ -106,6 +108,30 @@ def test_tinyshakespeare_split_is_first_ninety_percent(data_dir, shakespeare):
         vocabulary[i] for i in streams["valid"][:200])
     cut = len(streams["train"])
     assert decoded == text[:200] + "|" + text[cut:cut + 200]
+
+
+def test_tinyshakespeare_splits_are_contiguous_and_cover_the_file(data_dir, shakespeare):
+    """Decoded, train = text[:1,003,854] (⌊0.90·N⌋), valid = text[1,003,854:1,059,624] (⌊0.95·N⌋),
+    test = the rest: in file order, no gap, no overlap, together the whole file."""
+    vocabulary, streams = shakespeare
+    text = tiny_shakespeare_text(data_dir=data_dir)
+    decoded = {split: "".join(vocabulary[i] for i in streams[split]) for split in ("train", "valid", "test")}
+    assert decoded["train"] == text[:1_003_854]
+    assert decoded["valid"] == text[1_003_854:1_059_624]
+    assert decoded["test"] == text[1_059_624:]
+    assert decoded["train"] + decoded["valid"] + decoded["test"] == text
+    assert sorted(streams) == ["test", "train", "valid"]
+    assert vocabulary == sorted(set(text)) and len(vocabulary) == 65
+
+
+@pytest.mark.parametrize("length, bounds", [
+    (16, [(0, 14), (14, 15), (15, 16)]),
+    (100, [(0, 90), (90, 95), (95, 100)]),
+    (1_115_394, [(0, 1_003_854), (1_003_854, 1_059_624), (1_059_624, 1_115_394)]),
+], ids=["16", "100", "tinyshakespeare"])
+def test_split_bounds_by_hand(length, bounds):
+    assert list(split_bounds(length).values()) == bounds
+    assert list(split_bounds(length)) == ["train", "valid", "test"]
 
 
 def test_tinyshakespeare_from_environment_variable(monkeypatch, data_dir, shakespeare):

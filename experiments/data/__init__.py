@@ -5,7 +5,7 @@ Every loader returns ``(vocabulary, {split: ids})``: ``vocabulary`` a list of sy
 
 | loader | splits | vocabulary |
 |---|---|---|
-| ``tiny_shakespeare()`` | train (first 90%) / valid | 65 characters |
+| ``tiny_shakespeare()`` | train (first 90%) / valid (next 5%) / test (last 5%) | 65 characters |
 | ``ptb_word()`` | train / valid / test | 10,000 words with ``<eos>`` |
 | ``ptb_char()`` | train / valid / test | 50 symbols |
 

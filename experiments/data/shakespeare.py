@@ -16,13 +16,15 @@ The file is not in any package and never committed. It is resolved in this order
 Every file read is checked against the sha256 (the split sizes and the vocabulary below are facts
 about that file); pass ``verify=False`` to read a local file of your own.
 
-Split (the char-rnn / nanoGPT convention): the first ``int(0.9 · N)`` characters are ``train``,
-the rest ``valid``. The vocabulary is the 65 distinct characters of the whole file, sorted by code
-point, so ``valid`` never holds an unknown symbol.
+Split (SPEC §7): three contiguous pieces of the N characters, in file order: ``train`` is the
+first ⌊0.90·N⌋, ``valid`` (model selection) the next up to ⌊0.95·N⌋, ``test`` the rest. The train
+split is char-rnn's and nanoGPT's; their 10% validation split is cut in two here. The vocabulary
+is the 65 distinct characters of the whole file, sorted by code point, so no split holds an
+unknown symbol.
 
     >>> vocabulary, streams = tiny_shakespeare()        # doctest: +SKIP
-    >>> len(vocabulary), len(streams["train"]), len(streams["valid"])  # doctest: +SKIP
-    (65, 1003854, 111540)
+    >>> len(vocabulary), [len(streams[split]) for split in SPLITS]  # doctest: +SKIP
+    (65, [1003854, 55770, 55770])
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ CACHE_DIR_VARIABLE = "GROUPSTATE_CACHE_DIR"
 TINY_SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 RELATIVE_PATH = Path("tinyshakespeare") / "input.txt"
-TRAIN_FRACTION = 0.9
-SPLITS = ("train", "valid")
+SPLITS = ("train", "valid", "test")
+SPLIT_ENDS = {"train": 90, "valid": 95, "test": 100}  # percent of the file where each split ends
 
 
 class ChecksumError(ValueError):
@@ -153,8 +155,19 @@ def encode_characters(text, vocabulary):
     return ids.astype(np.int64)
 
 
+def split_bounds(length):
+    """``{split: (start, stop)}`` of a text of ``length`` characters (integer arithmetic, no rounding
+    surprises): train [0, ⌊0.9·N⌋), valid [⌊0.9·N⌋, ⌊0.95·N⌋), test [⌊0.95·N⌋, N)."""
+    bounds, start = {}, 0
+    for split in SPLITS:
+        stop = length * SPLIT_ENDS[split] // 100
+        bounds[split], start = (start, stop), stop
+    return bounds
+
+
 def tiny_shakespeare(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True, verify=True):
-    """``(vocabulary, {"train": ids, "valid": ids})``: the 65 sorted characters and int64 id streams.
+    """``(vocabulary, {"train": ids, "valid": ids, "test": ids})``: the 65 sorted characters and
+    int64 id streams of the 90/5/5 split (module docstring).
 
     Args:
         data_dir: directory holding ``tinyshakespeare/input.txt`` (default ``$GROUPSTATE_DATA_DIR``).
@@ -166,10 +179,9 @@ def tiny_shakespeare(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, do
     text = tiny_shakespeare_text(data_dir, cache_dir, url, download, verify)
     vocabulary = sorted(set(text))
     ids = encode_characters(text, vocabulary)
-    cut = int(TRAIN_FRACTION * len(ids))
-    return vocabulary, {"train": ids[:cut].copy(), "valid": ids[cut:].copy()}
+    return vocabulary, {split: ids[start:stop].copy() for split, (start, stop) in split_bounds(len(ids)).items()}
 
 
-__all__ = ["CACHE_DIR_VARIABLE", "ChecksumError", "DATA_DIR_VARIABLE", "TINY_SHAKESPEARE_SHA256",
+__all__ = ["CACHE_DIR_VARIABLE", "ChecksumError", "DATA_DIR_VARIABLE", "SPLITS", "TINY_SHAKESPEARE_SHA256",
            "TINY_SHAKESPEARE_URL", "default_cache_dir", "download_verified", "encode_characters", "sha256_of_file",
-           "tiny_shakespeare", "tiny_shakespeare_path", "tiny_shakespeare_text"]
+           "split_bounds", "tiny_shakespeare", "tiny_shakespeare_path", "tiny_shakespeare_text"]
