@@ -22,7 +22,7 @@ least from its default (in ratio) wins. Defaults per family:
 | config | free fields (coarse, fine) | coarse steps | fine range | fine default |
 |---|---|---|---|---|
 | ``LSTMConfig`` | ``hidden_size``, ``embedding_dim`` | 1 | 1 … 2¹⁶ | = hidden_size |
-| ``GPTConfig`` | ``width``, ``mlp_width`` | ``num_heads`` (rotary: 2·``num_heads``) | 2·width … 6·width | 4·width |
+| ``GPTConfig`` | ``width``, ``mlp_width`` | ``num_heads`` (rotary: 2×) | 2·width … 6·width | 4·width |
 | ``GroupRNNConfig`` | ``n``, ``embedding_dim`` | 1 (``block`` for BO) | 1 … 2¹⁶ | the template's (32) |
 
 (n starts at the smallest size whose Lie algebra is not 0-dimensional, asked of the group.)
