@@ -22,16 +22,17 @@ Decisions:
   layers and on the last LSTM output.
 - ``GPTLanguageModel``: token embedding (+ learned absolute position embeddings of ``max_length``
   positions when ``positions="learned"``) → ``num_layers`` pre-norm blocks x + attn(LN(x)),
-  x + MLP(LN(x)) → final LayerNorm → linear head with bias (untied from the embedding, like the group models' readouts). Attention: one fused
-  q/k/v map with bias, ``num_heads`` heads of width ``width / num_heads``,
-  ``scaled_dot_product_attention(is_causal=True)`` (with cached keys and values: a mask that lets
-  query i see keys j ≤ P + i), output projection with bias. With ``positions="rotary"`` each
-  head's queries and keys are rotated (Su et al. 2021; the cache holds rotated keys); with
-  ``positions="alibi"`` each head adds a linear distance bias to its scores (Press et al. 2022):
-  neither has parameters nor a length limit (``experiments.positions``). MLP: Linear →
-  GELU (exact) → Linear, hidden width ``mlp_width`` (default 4·width). Init as GPT-2: weights and
-  embeddings N(0, 0.02), the two residual output projections N(0, 0.02/√(2·num_layers)), biases 0,
-  LayerNorm (1, 0). ``dropout`` on the embedding sum, the attention weights, and each residual branch.
+  x + MLP(LN(x)) → final LayerNorm → linear head with bias (untied from the embedding, like the
+  group models' readouts). Attention: one fused q/k/v map with bias, ``num_heads`` heads of
+  width ``width / num_heads``, ``scaled_dot_product_attention(is_causal=True)`` (with cached keys
+  and values: a mask that lets query i see keys j ≤ P + i), output projection with bias. With
+  ``positions="rotary"`` each head's queries and keys are rotated (Su et al. 2021; the cache holds
+  rotated keys); with ``positions="alibi"`` each head adds a linear distance bias to its scores
+  (Press et al. 2022): neither has parameters nor a length limit (``experiments.positions``).
+  MLP: Linear → GELU (exact) → Linear, hidden width ``mlp_width`` (default 4·width). Init as
+  GPT-2: weights and embeddings N(0, 0.02), the two residual output projections
+  N(0, 0.02/√(2·num_layers)), biases 0, LayerNorm (1, 0). ``dropout`` on the embedding sum, the
+  attention weights, and each residual branch.
 """
 
 from __future__ import annotations

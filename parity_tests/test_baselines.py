@@ -323,7 +323,8 @@ def test_rotary_scores_depend_only_on_relative_position(shift):
         np.testing.assert_allclose(scores.numpy(), closed, rtol=0, atol=1e-9)
 
 
-SLOPES = {  # Press et al. 2022, §3: 2^(−8h/H) for H a power of two; else K = 2^⌊log2 H⌋ slopes, then odd ones of 2K
+# Press et al. 2022, §3: 2^(−8h/H) for H a power of two; else the K = 2^⌊log2 H⌋ slopes, then odd ones of 2K
+SLOPES = {
     1: [1 / 256],
     3: [1 / 16, 1 / 256, 1 / 4],
     6: [1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8],
