@@ -1,0 +1,421 @@
+"""Training-dynamics probe of the group RNN on Tiny Shakespeare (issue 13, item 2): why O(30) diverges.
+
+    python -m experiments.dynamics_probe run O30-base O16-base [--steps 200 --batch 32 --length 128]
+    python -m experiments.dynamics_probe plot      # figures of FIGURES
+    python -m experiments.dynamics_probe summary   # table of every saved arm (summary.json)
+    python -m experiments.dynamics_probe list
+
+A self-contained training loop (the optimizers of ``experiments.train.Optimizers``: AdamW on
+Euclidean parameters, RiemannianAdam on group-valued ones; gradient clipping at 1.0; constant
+learning rate; the data windows of ``experiments.lm.random_windows`` drawn from
+``numpy.random.default_rng(seed)``, so an arm without a fix is the run ``experiments.train`` makes
+with ``--schedule constant``). It records, every ``--every`` steps, on the first ``SAMPLE``
+sequences of the training batch:
+
+- ‖W e_t‖, ‖U realvec(H_{t−1})‖, ‖b‖ and ‖c_t‖ (mean over t and sequences) — the input and state
+  terms of the update's coordinates c_t;
+- the spectral norm of A_t = hat(c_t) (the largest rotation angle of one step), mean and max, of the
+  raw c_t and of the c_t actually applied (they differ only under a bounded step);
+- the state's self-similarity Re tr(H_tᴴ H_{t+k}) / n at k = 1 and 10;
+- the gradient norm of each parameter before clipping, and the readout's weight norm;
+
+and at every step the training loss (bits) and the relative change ‖ΔP‖/‖P‖ of W, U, the
+embedding and the readout weight made by that optimizer step. Validation bits (windowed, 128
+tokens, ``--eval-tokens`` tokens of the validation split) at steps 0, 50, 100, ….
+
+Fixes are applied to the built model from outside the library (no library file is changed):
+
+- ``bound``: A ← θ·tanh(r/θ)·A/r after mixing, r = ‖A‖₂ (``spectral``) or ‖A‖_F = ‖c‖ (``frobenius``);
+- ``relative``: Adam learning rate of W set to ρ·σ_W and of U to ρ·σ_U, σ the full-scale init std
+  (σ_W = 1/√(F·dim g), σ_U = 1/√(n·dim g)): every Adam step moves W and U by about ρ relative to
+  their scale, whatever n (the same as W = σ_W·W̃ with W̃ ~ N(0, 1) trained at lr ρ);
+- ``lr_maps``: a plain multiplier on the learning rate of W and U.
+
+Results: ``experiments/results/dynamics_probe/<arm>.json`` and the figures of ``plot``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import geoopt
+import numpy as np
+import torch
+from torch import nn
+
+from experiments.baselines import LSTMConfig
+from experiments.datasets import load_dataset
+from experiments.lm import bits_per_token, random_windows
+from experiments.models import build_model
+from manifold_impl.linalg import realvec
+from manifold_impl.losses import cross_entropy
+from manifold_impl.optim import RiemannianAdam
+from reference.config import GroupRNNConfig
+
+RESULTS = Path(__file__).parent / "results" / "dynamics_probe"
+SAMPLE = 8          # sequences of the batch the dynamics are measured on
+LAGS = (1, 10)
+EVAL_EVERY = 50
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One probe run: a model and, optionally, one fix."""
+
+    model: str = "group_rnn"
+    n: int = 30
+    embedding_dim: int = 97
+    lr: float = 1e-3
+    recurrent: bool = True
+    hidden_size: int = 242            # LSTM only (0.5M parameters on 65 symbols)
+    bound: tuple | None = None        # (norm, θ)
+    relative: float | None = None     # ρ
+    lr_maps: float | None = None      # multiplier on the lr of W and U
+    n_ref: int | None = None          # lr of W × √(dim_ref/dim g), of U × n_ref√dim_ref / (n√dim g)
+    warmup: int = 0                   # linear warm-up steps of every learning rate
+    note: str = ""
+
+
+def _arms():
+    arms = {}
+    for n in (16, 30):
+        arms[f"O{n}-base"] = Arm(n=n, note="the paper's update, lr 1e-3")
+        arms[f"O{n}-lr3e-4"] = Arm(n=n, lr=3e-4, note="global lr 3e-4")
+        arms[f"O{n}-lrmaps0.3"] = Arm(n=n, lr_maps=0.3, note="lr of W, U x0.3")
+        arms[f"O{n}-lrmaps0.1"] = Arm(n=n, lr_maps=0.1, note="lr of W, U x0.1")
+        for rho in (0.02, 0.05, 0.1):
+            arms[f"O{n}-rel{rho}"] = Arm(n=n, relative=rho, note=f"lr of W, U = {rho} x init std")
+        for theta in (0.5, 1.0):
+            arms[f"O{n}-spec{theta}"] = Arm(n=n, bound=("spectral", theta), note=f"tanh bound on ||A||_2 at {theta}")
+            arms[f"O{n}-frob{theta}"] = Arm(n=n, bound=("frobenius", theta), note=f"tanh bound on ||A||_F at {theta}")
+        arms[f"O{n}-nscale16"] = Arm(n=n, n_ref=16, note="lr of W, U scaled so that Adam's coherent step on "
+                                     "the drive equals O(16)'s")
+        arms[f"O{n}-warmup100"] = Arm(n=n, warmup=100, note="lr 1e-3 after a 100-step linear warm-up")
+        arms[f"O{n}-norec"] = Arm(n=n, recurrent=False, note="no state term U (input-driven)")
+        arms[f"O{n}-norec-lr3e-3"] = Arm(n=n, recurrent=False, lr=3e-3, note="no state term U, lr 3e-3")
+    arms["lstm-lr3e-3"] = Arm(model="lstm", lr=3e-3, note="LSTM 0.5M, lr 3e-3")
+    arms["lstm-lr1e-3"] = Arm(model="lstm", lr=1e-3, note="LSTM 0.5M, lr 1e-3")
+    return arms
+
+
+ARMS = _arms()
+
+
+class BoundedStep(nn.Module):
+    """c ↦ θ·tanh(r/θ)·c/r after the cell's mixing, r = ‖hat(c)‖₂ or ‖c‖ (= ‖hat(c)‖_F)."""
+
+    def __init__(self, inner, group, norm, theta):
+        super().__init__()
+        self.inner, self.group, self.norm, self.theta = inner, group, norm, theta
+
+    def radius(self, c):
+        if self.norm == "spectral":
+            return torch.linalg.matrix_norm(self.group.hat(c), ord=2)
+        return c.norm(dim=-1)
+
+    def forward(self, c):
+        c = self.inner(c)
+        r = self.radius(c).clamp_min(1e-12)[..., None]
+        return c * (self.theta * torch.tanh(r / self.theta) / r)
+
+
+def build(arm, vocab_size, seed):
+    generator = torch.Generator().manual_seed(seed)
+    if arm.model == "lstm":
+        return build_model(LSTMConfig(vocab_size=vocab_size, hidden_size=arm.hidden_size), generator=generator)
+    config = GroupRNNConfig(vocab_size=vocab_size, group="O", n=arm.n, embedding_dim=arm.embedding_dim,
+                            recurrent=arm.recurrent)
+    model = build_model(config, generator=generator)
+    if arm.bound is not None:
+        model.cell.mixing = BoundedStep(model.cell.mixing, model.group, *arm.bound)
+    return model
+
+
+def map_learning_rates(arm, model):
+    """{parameter name: lr} for W and U under the arm's fix (empty: every parameter at arm.lr)."""
+    if arm.model != "group_rnn":
+        return {}
+    dim, n, features = model.group.dim, model.group.n, arm.embedding_dim
+    if arm.relative is not None:
+        rates = {"cell.input_map.weight": arm.relative / math.sqrt(features * dim),
+                 "cell.state_map.weight": arm.relative / math.sqrt(n * dim)}
+    elif arm.n_ref is not None:
+        ref = arm.n_ref * (arm.n_ref - 1) // 2
+        rates = {"cell.input_map.weight": arm.lr * math.sqrt(ref / dim),
+                 "cell.state_map.weight": arm.lr * arm.n_ref * math.sqrt(ref) / (n * math.sqrt(dim))}
+    elif arm.lr_maps is not None:
+        rates = {"cell.input_map.weight": arm.lr * arm.lr_maps, "cell.state_map.weight": arm.lr * arm.lr_maps}
+    else:
+        return {}
+    names = dict(model.named_parameters())
+    return {name: lr for name, lr in rates.items() if name in names}
+
+
+def optimizers(arm, model):
+    """AdamW (Euclidean, one group per special lr) and RiemannianAdam (group-valued), as train.Optimizers."""
+    special = map_learning_rates(arm, model)
+    plain, groups, manifold = [], [], []
+    for name, p in model.named_parameters():
+        if isinstance(p, geoopt.ManifoldParameter):
+            manifold.append(p)
+        elif name in special:
+            groups.append({"params": [p], "lr": special[name]})
+        else:
+            plain.append(p)
+    result = [torch.optim.AdamW([{"params": plain}, *groups], lr=arm.lr, weight_decay=0.0)]
+    if manifold:
+        result.append(RiemannianAdam(manifold, lr=arm.lr))
+    return result, special
+
+
+@torch.no_grad()
+def dynamics(model, inputs, states):
+    """The update's terms, its spectral norm and the state's self-similarity on SAMPLE sequences."""
+    cell, group, n = model.cell, model.group, model.group.n
+    tokens, states = inputs[:SAMPLE], states[:SAMPLE].detach()
+    previous = torch.cat([cell.initial_state.detach().expand(len(tokens), n, n)[:, None], states[:, :-1]], dim=1)
+    embedded = model.embedding(tokens)
+    input_term = embedded @ cell.input_map.weight.T
+    state_term = (realvec(previous) @ cell.state_map.weight.T if cell.state_map is not None
+                  else torch.zeros_like(input_term))
+    raw = input_term + cell.input_map.bias + state_term
+    mixing = cell.mixing
+    inner = mixing.inner if isinstance(mixing, BoundedStep) else mixing
+    raw = inner(raw)
+    applied = mixing.forward(input_term + cell.input_map.bias + state_term)
+    spectral_raw = torch.linalg.matrix_norm(group.hat(raw), ord=2)
+    spectral = torch.linalg.matrix_norm(group.hat(applied), ord=2)
+    flat = realvec(states)
+    record = {
+        "input_term": input_term.norm(dim=-1).mean().item(),
+        "state_term": state_term.norm(dim=-1).mean().item(),
+        "bias": cell.input_map.bias.norm().item(),
+        "drive": raw.norm(dim=-1).mean().item(),
+        "spectral_mean": spectral.mean().item(), "spectral_max": spectral.max().item(),
+        "spectral_raw_mean": spectral_raw.mean().item(), "spectral_raw_max": spectral_raw.max().item(),
+        "readout_norm": model.readout.weight.norm().item(),
+    }
+    for k in LAGS:
+        record[f"similarity_{k}"] = ((flat[:, :-k] * flat[:, k:]).sum(-1) / n).mean().item()
+    return record
+
+
+WATCHED = {"W": "cell.input_map.weight", "U": "cell.state_map.weight", "embedding": "embedding.weight",
+           "readout": "readout.weight"}
+
+
+def train(name, arm, steps, batch, length, every, eval_tokens, seed=0):
+    torch.manual_seed(seed)
+    data = load_dataset("tinyshakespeare")
+    model = build(arm, len(data.vocabulary), seed)
+    opts, special = optimizers(arm, model)
+    schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: min(1.0, (s + 1) / arm.warmup) if arm.warmup else 1.0)
+                 for o in opts]
+    params = dict(model.named_parameters())
+    watched = {key: params[p] for key, p in WATCHED.items() if p in params}
+    initial = {key: p.detach().clone() for key, p in watched.items()}
+    walked = {key: 0.0 for key in watched}  # Σ_s ‖ΔP_s‖²
+    rng = np.random.default_rng(seed)
+    stream, valid = data.streams["train"], data.streams["valid"][: eval_tokens + 1]
+    per_step, records, evals = [], [], []
+    start = time.perf_counter()
+    for step in range(steps + 1):
+        if step % EVAL_EVERY == 0 or step == steps:
+            model.eval()
+            evals.append({"step": step, "valid_bits": bits_per_token(model, valid, length)})
+            model.train()
+            print(f"{name} step {step} valid {evals[-1]['valid_bits']:.3f} ({time.perf_counter() - start:.0f}s)",
+                  flush=True)
+        if step == steps:
+            break
+        inputs, targets = random_windows(stream, batch, length, rng)
+        logits, states = model(inputs)
+        loss = cross_entropy(logits, targets)
+        for o in opts:
+            o.zero_grad(set_to_none=True)
+        loss.backward()
+        grads = {p: (q.grad.norm().item() if q.grad is not None else 0.0) for p, q in model.named_parameters()}
+        total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
+        measured = dynamics(model, inputs, states) if arm.model == "group_rnn" and step % every == 0 else {}
+        before = {key: p.detach().clone() for key, p in watched.items()}
+        factor = opts[0].param_groups[0]["lr"] / arm.lr  # the warm-up's factor this step
+        for o, schedule in zip(opts, schedules):
+            o.step()
+            schedule.step()
+        row = {"step": step, "loss_bits": loss.item() / math.log(2), "grad_total": total}
+        for key, p in watched.items():
+            delta = (p.detach() - before[key])
+            row[f"rel_step_{key}"] = (delta.norm() / before[key].norm().clamp_min(1e-30)).item()
+            walked[key] += delta.norm().item() ** 2
+            if key in ("W", "U"):
+                lr = special.get(WATCHED[key], arm.lr)
+                row[f"entry_step_{key}"] = (delta.abs().mean() / (lr * factor)).item()  # Adam: ≈ 1 when every entry moves by lr
+        per_step.append(row)
+        if step % every == 0:
+            record = {"step": step, "loss_bits": row["loss_bits"], "grad_norms": grads, **measured}
+            for key, p in watched.items():  # after this step's update
+                record[f"norm_{key}"] = p.detach().norm().item()
+                travelled = (p.detach() - initial[key]).norm().item()
+                record[f"travel_{key}"] = travelled  # ‖P_t − P_0‖
+                record[f"coherence_{key}"] = travelled / max(math.sqrt(walked[key]), 1e-30)  # 1: random walk; √t: straight
+            records.append(record)
+            print(f"{name} step {step} loss {row['loss_bits']:.3f} "
+                  + " ".join(f"{k}={v:.3g}" for k, v in record.items() if isinstance(v, float) and k != "loss_bits"),
+                  flush=True)
+    result = {"arm": name, "config": asdict(arm), "steps": steps, "batch": batch, "length": length, "seed": seed,
+              "eval_tokens": eval_tokens, "special_lr": special, "seconds": time.perf_counter() - start,
+              "parameters": sum(p.numel() for p in model.parameters()),
+              "parameter_split": {p: q.numel() for p, q in model.named_parameters()},
+              "records": records, "per_step": per_step, "evals": evals}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _load(names):
+    out = {}
+    for name in names:
+        path = RESULTS / f"{name}.json"
+        if path.exists():
+            out[name] = json.loads(path.read_text())
+    return out
+
+
+def _smooth(values, width=10):
+    values = np.asarray(values, dtype=float)
+    kernel = np.ones(width) / width
+    return np.convolve(values, kernel, mode="valid"), np.arange(width - 1, len(values))
+
+
+PANELS = (("loss (bits, train, 10-step mean)", None), ("valid bits", None),
+          ("‖W e_t‖ (input term)", "input_term"), ("‖U realvec(H_{t-1})‖ (state term)", "state_term"),
+          ("max ‖A_t‖₂ (applied)", "spectral_max"), ("mean ‖A_t‖₂ (applied)", "spectral_mean"),
+          ("similarity lag 10", "similarity_10"), ("similarity lag 1", "similarity_1"),
+          ("grad norm W (pre-clip)", "grad:cell.input_map.weight"), ("grad norm U (pre-clip)", "grad:cell.state_map.weight"),
+          ("relative step ‖ΔW‖/‖W‖", "rel_step_W"), ("relative step ‖ΔU‖/‖U‖", "rel_step_U"),
+          ("readout weight norm", "readout_norm"), ("‖W_t − W_0‖ / √Σ‖ΔW_s‖²", "coherence_W"))
+
+
+def plot(names, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = _load(names)
+    fig, axes = plt.subplots(4, 4, figsize=(18, 14))
+    mixed = any(n.startswith("O30") for n in runs) and any(n.startswith("O16") for n in runs)
+    colors = plt.get_cmap("tab20").colors[::2] + plt.get_cmap("tab20").colors[1::2]
+    for i, (name, run) in enumerate(runs.items()):
+        style = {"color": "black" if "lstm" in name else colors[i % len(colors)], "label": name,
+                 "linestyle": ":" if "lstm" in name else "--" if name.startswith("O16") and mixed else "-"}
+        for ax, (label, key) in zip(axes.flat, PANELS):
+            ax.set_title(label, fontsize=9)
+            if key is None and label.startswith("loss"):
+                values, x = _smooth([r["loss_bits"] for r in run["per_step"]])
+                ax.plot(x, values, **style)
+            elif key is None:
+                ax.plot([e["step"] for e in run["evals"]], [e["valid_bits"] for e in run["evals"]], marker="o", **style)
+            elif key.startswith("rel_step"):
+                if key in run["per_step"][0]:
+                    values, x = _smooth([r[key] for r in run["per_step"]])
+                    ax.semilogy(x, values, **style)
+            elif key.startswith("grad:"):
+                ax.semilogy([r["step"] for r in run["records"]],
+                            [r["grad_norms"].get(key[5:], np.nan) for r in run["records"]], **style)
+            elif key in run["records"][0]:
+                ax.plot([r["step"] for r in run["records"]], [r[key] for r in run["records"]], **style)
+    axes.flat[1].axhline(4.83, color="gray", linewidth=0.8, linestyle=":")
+    axes.flat[4].axhline(math.pi, color="gray", linewidth=0.8, linestyle=":")
+    for ax in axes.flat[len(PANELS):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(title)
+    for ax in axes[-1]:
+        ax.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+FIGURES = {
+    "reproduction": (["O30-base", "O16-base", "O30-lr3e-4", "O16-lr3e-4"],
+                     "O(30) vs O(16), embedding 97, lr 1e-3 (issue 13 item 2), and both at a global lr 3e-4"),
+    "fixes_O30": (["O30-base", "O30-lr3e-4", "O30-lrmaps0.3", "O30-lrmaps0.1", "O30-rel0.05", "O30-nscale16",
+                   "O30-spec1.0", "O30-frob1.0", "O30-warmup100", "O30-norec", "lstm-lr3e-3"],
+                  "O(30): candidate fixes (LSTM 0.5M at lr 3e-3 for reference: loss panels only)"),
+    "fixes_O16": (["O16-base", "O16-lr3e-4", "O16-lrmaps0.1", "O16-rel0.05", "O16-frob1.0", "O16-norec",
+                   "lstm-lr3e-3"],
+                  "O(16): the same fixes (for O(16), nscale16 is the base run)"),
+}
+
+
+def summary():
+    """One row per arm (the numbers the report quotes), printed as Markdown and saved as summary.json."""
+    rows = []
+    for path in sorted(RESULTS.glob("*.json")):
+        if path.name == "summary.json":
+            continue
+        run = json.loads(path.read_text())
+        first, last = run["records"][0], run["records"][-1]
+        tail = [r["loss_bits"] for r in run["per_step"][-10:]]
+        row = {"arm": run["arm"], "note": run["config"]["note"], "parameters": run["parameters"],
+               "valid_bits": {e["step"]: round(e["valid_bits"], 3) for e in run["evals"]},
+               "train_bits_last10": round(float(np.mean(tail)), 3), "first_rel_step_W": None}
+        if "rel_step_W" in run["per_step"][0]:
+            row["first_rel_step_W"] = round(run["per_step"][0]["rel_step_W"], 3)
+            row["first_rel_step_U"] = round(run["per_step"][0].get("rel_step_U", float("nan")), 3)
+        for key in ("input_term", "state_term", "spectral_mean", "spectral_max", "similarity_10"):
+            if key in first:
+                row[key] = [round(first[key], 3), round(last[key], 3)]
+        for key, name in (("grad_W", "cell.input_map.weight"), ("grad_U", "cell.state_map.weight")):
+            if name in first["grad_norms"]:
+                row[key] = [round(first["grad_norms"][name], 2), round(last["grad_norms"][name], 2)]
+        rows.append(row)
+    (RESULTS / "summary.json").write_text(json.dumps(rows, indent=1))
+    print("| arm | valid bits 0/50/100/150/200 | train (last 10) | ‖We‖ | ‖Uh‖ | max ‖A‖₂ | sim lag 10 | grad W | grad U |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        pair = lambda key: "→".join(f"{v:.2f}" for v in row[key]) if key in row else "–"
+        print(f"| {row['arm']} | {' / '.join(f'{v:.2f}' for v in row['valid_bits'].values())} | "
+              f"{row['train_bits_last10']:.2f} | {pair('input_term')} | {pair('state_term')} | {pair('spectral_max')} | "
+              f"{pair('similarity_10')} | {pair('grad_W')} | {pair('grad_U')} |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.dynamics_probe")
+    parser.add_argument("command", choices=("run", "plot", "list", "summary"))
+    parser.add_argument("arms", nargs="*")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--eval-tokens", type=int, default=16_384)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.command == "list":
+        for name, arm in ARMS.items():
+            print(f"{name:22s} {arm.note}")
+    elif args.command == "run":
+        unknown = [a for a in args.arms if a not in ARMS]
+        if unknown:
+            parser.error(f"unknown arms {unknown}; see `list`")
+        for name in args.arms:
+            train(name, ARMS[name], args.steps, args.batch, args.length, args.every, args.eval_tokens)
+    elif args.command == "summary":
+        summary()
+    else:
+        for key, (names, title) in FIGURES.items():
+            plot(names, RESULTS / f"{key}.png", title)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
