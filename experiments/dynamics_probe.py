@@ -3,6 +3,7 @@
     python -m experiments.dynamics_probe run O30-base O16-base [--steps 200 --batch 32 --length 128]
     python -m experiments.dynamics_probe plot      # figures of FIGURES
     python -m experiments.dynamics_probe summary   # table of every saved arm (summary.json)
+    python -m experiments.dynamics_probe first-step   # the drive after one Adam step, n = 8..36
     python -m experiments.dynamics_probe list
 
 A self-contained training loop (the optimizers of ``experiments.train.Optimizers``: AdamW on
@@ -78,6 +79,7 @@ class Arm:
     lr_maps: float | None = None      # multiplier on the lr of W and U
     n_ref: int | None = None          # lr of W × √(dim_ref/dim g), of U × n_ref√dim_ref / (n√dim g)
     warmup: int = 0                   # linear warm-up steps of every learning rate
+    readout_scale: float = 1.0        # multiplier on the readout weight's initial draw
     note: str = ""
 
 
@@ -95,6 +97,8 @@ def _arms():
             arms[f"O{n}-frob{theta}"] = Arm(n=n, bound=("frobenius", theta), note=f"tanh bound on ||A||_F at {theta}")
         arms[f"O{n}-nscale16"] = Arm(n=n, n_ref=16, note="lr of W, U scaled so that Adam's coherent step on "
                                      "the drive equals O(16)'s")
+        arms[f"O{n}-readout0.1"] = Arm(n=n, readout_scale=0.1, note="readout weight drawn 10x smaller")
+        arms[f"O{n}-nscale16-readout0.1"] = Arm(n=n, n_ref=16, readout_scale=0.1, note="nscale16 and readout0.1")
         arms[f"O{n}-warmup100"] = Arm(n=n, warmup=100, note="lr 1e-3 after a 100-step linear warm-up")
         arms[f"O{n}-norec"] = Arm(n=n, recurrent=False, note="no state term U (input-driven)")
         arms[f"O{n}-norec-lr3e-3"] = Arm(n=n, recurrent=False, lr=3e-3, note="no state term U, lr 3e-3")
@@ -131,6 +135,8 @@ def build(arm, vocab_size, seed):
     config = GroupRNNConfig(vocab_size=vocab_size, group="O", n=arm.n, embedding_dim=arm.embedding_dim,
                             recurrent=arm.recurrent)
     model = build_model(config, generator=generator)
+    with torch.no_grad():
+        model.readout.weight.mul_(arm.readout_scale)
     if arm.bound is not None:
         model.cell.mixing = BoundedStep(model.cell.mixing, model.group, *arm.bound)
     return model
@@ -348,19 +354,55 @@ FIGURES = {
     "reproduction": (["O30-base", "O16-base", "O30-lr3e-4", "O16-lr3e-4"],
                      "O(30) vs O(16), embedding 97, lr 1e-3 (issue 13 item 2), and both at a global lr 3e-4"),
     "fixes_O30": (["O30-base", "O30-lr3e-4", "O30-lrmaps0.3", "O30-lrmaps0.1", "O30-rel0.05", "O30-nscale16",
-                   "O30-spec1.0", "O30-frob1.0", "O30-warmup100", "O30-norec", "lstm-lr3e-3"],
+                   "O30-spec1.0", "O30-frob1.0", "O30-warmup100", "lstm-lr3e-3"],
                   "O(30): candidate fixes (LSTM 0.5M at lr 3e-3 for reference: loss panels only)"),
     "fixes_O16": (["O16-base", "O16-lr3e-4", "O16-lrmaps0.1", "O16-rel0.05", "O16-frob1.0", "O16-norec",
-                   "lstm-lr3e-3"],
+                   "O16-readout0.1", "lstm-lr3e-3"],
                   "O(16): the same fixes (for O(16), nscale16 is the base run)"),
 }
+
+
+def first_step(sizes=(8, 12, 16, 24, 30, 36), lr=1e-3, batch=32, length=128, seed=0):
+    """The drive before and after ONE optimizer step (Adam's first step is lr·sign(g) per entry),
+    against the predicted scalings: ‖ΔW‖/‖W‖ = lr·√(F·dim g) and, with the state near I (where
+    realvec(H) = realvec(I) is a constant input, so U's n diagonal columns take the same step),
+    Δ‖U realvec(H)‖ ≈ lr·n·√(dim g)."""
+    data = load_dataset("tinyshakespeare")
+    rows = []
+    for n in sizes:
+        arm = Arm(n=n, lr=lr)
+        model = build(arm, len(data.vocabulary), seed)
+        opts, _ = optimizers(arm, model)
+        inputs, targets = random_windows(data.streams["train"], batch, length, np.random.default_rng(seed))
+        logits, states = model(inputs)
+        before = dynamics(model, inputs, states)
+        weight = model.cell.input_map.weight.detach().clone()
+        cross_entropy(logits, targets).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for o in opts:
+            o.step()
+        with torch.no_grad():
+            _, states = model(inputs)
+        after = dynamics(model, inputs, states)
+        dim = model.group.dim
+        rows.append({"n": n, "dim": dim,
+                     "rel_step_W": ((model.cell.input_map.weight - weight).norm() / weight.norm()).item(),
+                     "predicted_rel_step_W": lr * math.sqrt(arm.embedding_dim * dim),
+                     "state_term": [before["state_term"], after["state_term"]],
+                     "predicted_state_term_jump": lr * n * math.sqrt(dim),
+                     "input_term": [before["input_term"], after["input_term"]],
+                     "spectral_max": [before["spectral_max"], after["spectral_max"]],
+                     "similarity_10": [before["similarity_10"], after["similarity_10"]]})
+        print(json.dumps(rows[-1]), flush=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "first_step.json").write_text(json.dumps(rows, indent=1))
 
 
 def summary():
     """One row per arm (the numbers the report quotes), printed as Markdown and saved as summary.json."""
     rows = []
     for path in sorted(RESULTS.glob("*.json")):
-        if path.name == "summary.json":
+        if path.name in ("summary.json", "first_step.json"):
             continue
         run = json.loads(path.read_text())
         first, last = run["records"][0], run["records"][-1]
@@ -390,7 +432,7 @@ def summary():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.dynamics_probe")
-    parser.add_argument("command", choices=("run", "plot", "list", "summary"))
+    parser.add_argument("command", choices=("run", "plot", "list", "summary", "first-step"))
     parser.add_argument("arms", nargs="*")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--batch", type=int, default=32)
@@ -409,6 +451,8 @@ def main(argv=None):
             parser.error(f"unknown arms {unknown}; see `list`")
         for name in args.arms:
             train(name, ARMS[name], args.steps, args.batch, args.length, args.every, args.eval_tokens)
+    elif args.command == "first-step":
+        first_step()
     elif args.command == "summary":
         summary()
     else:
