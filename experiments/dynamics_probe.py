@@ -41,7 +41,7 @@ import argparse
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import geoopt
@@ -51,8 +51,8 @@ from torch import nn
 
 from experiments.baselines import LSTMConfig
 from experiments.datasets import load_dataset
-from experiments.lm import bits_per_token, random_windows
 from experiments.models import build_model
+from experiments.tasks.lm import bits_per_token, random_windows
 from manifold_impl.linalg import realvec
 from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
@@ -240,14 +240,14 @@ def train(name, arm, steps, batch, length, every, eval_tokens, seed=0):
         if step == steps:
             break
         inputs, targets = random_windows(stream, batch, length, rng)
-        logits, states = model(inputs)
+        logits, cache = model(inputs)
         loss = cross_entropy(logits, targets)
         for o in opts:
             o.zero_grad(set_to_none=True)
         loss.backward()
         grads = {p: (q.grad.norm().item() if q.grad is not None else 0.0) for p, q in model.named_parameters()}
         total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
-        measured = dynamics(model, inputs, states) if arm.model == "group_rnn" and step % every == 0 else {}
+        measured = dynamics(model, inputs, cache.states) if arm.model == "group_rnn" and step % every == 0 else {}
         before = {key: p.detach().clone() for key, p in watched.items()}
         factor = opts[0].param_groups[0]["lr"] / arm.lr  # the warm-up's factor this step
         for o, schedule in zip(opts, schedules):
@@ -374,16 +374,16 @@ def first_step(sizes=(8, 12, 16, 24, 30, 36), lr=1e-3, batch=32, length=128, see
         model = build(arm, len(data.vocabulary), seed)
         opts, _ = optimizers(arm, model)
         inputs, targets = random_windows(data.streams["train"], batch, length, np.random.default_rng(seed))
-        logits, states = model(inputs)
-        before = dynamics(model, inputs, states)
+        logits, cache = model(inputs)
+        before = dynamics(model, inputs, cache.states)
         weight = model.cell.input_map.weight.detach().clone()
         cross_entropy(logits, targets).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for o in opts:
             o.step()
         with torch.no_grad():
-            _, states = model(inputs)
-        after = dynamics(model, inputs, states)
+            _, cache = model(inputs)
+        after = dynamics(model, inputs, cache.states)
         dim = model.group.dim
         rows.append({"n": n, "dim": dim,
                      "rel_step_W": ((model.cell.input_map.weight - weight).norm() / weight.norm()).item(),
