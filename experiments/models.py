@@ -21,25 +21,33 @@ class ModelEntry(NamedTuple):
     name: str
     config_class: type
     module_class: str  # "package.module:ClassName"
+    recurrent: bool  # a fixed-size state carries the whole past (no context limit)
 
 
 _BY_CONFIG = {}
 MODEL_CONFIGS = {}  # name -> config class
 
 
-def register(name, config_class, module_class):
-    """Add model ``name`` built from ``config_class`` instances by the class at ``module_class``."""
+def register(name, config_class, module_class, recurrent=False):
+    """Add model ``name`` built from ``config_class`` instances by the class at ``module_class``;
+    ``recurrent``: its state carries the whole past (evaluated with the state carried too)."""
     if name in MODEL_CONFIGS or config_class in _BY_CONFIG:
         raise ValueError(f"model {name!r} or config {config_class.__name__} is already registered")
     MODEL_CONFIGS[name] = config_class
-    _BY_CONFIG[config_class] = ModelEntry(name, config_class, module_class)
+    _BY_CONFIG[config_class] = ModelEntry(name, config_class, module_class, recurrent)
 
 
-register("group_rnn", GroupRNNConfig, "manifold_impl.group_rnn:GroupRNN")
+register("group_rnn", GroupRNNConfig, "manifold_impl.group_rnn:GroupRNN", recurrent=True)
 register("group_transformer", GroupTransformerConfig, "manifold_impl.group_transformer:GroupTransformer")
-register("mlstm", MLSTMConfig, "manifold_impl.mlstm:MLSTM")
-register("lstm", LSTMConfig, "experiments.baselines:LSTMLanguageModel")
+register("mlstm", MLSTMConfig, "manifold_impl.mlstm:MLSTM", recurrent=True)
+register("lstm", LSTMConfig, "experiments.baselines:LSTMLanguageModel", recurrent=True)
 register("gpt", GPTConfig, "experiments.baselines:GPTLanguageModel")
+
+
+def is_recurrent(model):
+    """Whether a built model (its ``config`` of a registered class) was registered as recurrent."""
+    entry = _BY_CONFIG.get(type(getattr(model, "config", None)))
+    return entry is not None and entry.recurrent
 
 
 def build_model(config, device=None, dtype=None, generator=None):

@@ -17,10 +17,16 @@ One loop for every task: AdamW on Euclidean parameters and RiemannianAdam on gro
 gradient norm clipped to ``clip`` (``none``: not clipped), an evaluation of the task's validation
 split every ``eval_every`` steps. The run directory holds ``config.json`` (training, task and model
 configs), ``command.txt``, ``git_revision.txt``, ``metrics.jsonl`` (one JSON object per
-evaluation), ``checkpoint.pt`` (written atomically every ``checkpoint_every`` steps: model,
-optimizers, schedule, step and both random generators, as tensors and JSON: it is loaded with
-``weights_only=True``, so a checkpoint that carries a pickled object is refused) and ``final.json``
-(the task's validation and test metrics, tokens/s, parameters, the drift of group-valued tensors).
+evaluation: the task's training and validation metrics, the drift, the gradient norm of each
+parameter group before clipping at that step, and for a group RNN its training dynamics on one
+fixed batch; see ``experiments.diagnostics``), ``checkpoint.pt`` (written atomically every
+``checkpoint_every`` steps: model, optimizers, schedule, step, both random generators and the best
+model so far, as tensors and JSON: it is loaded with ``weights_only=True``, so a checkpoint that
+carries a pickled object is refused), ``best.pt`` (the model at the evaluation with the lowest
+``task.selection_key``, for language modelling the validation bits, with its step and score)
+and ``final.json`` (the task's validation and test metrics of that best model, or of the last
+one for a task that does not select, ``best_step``, tokens/s, parameters, the drift of
+group-valued tensors).
 A run killed at any point and continued with ``--resume`` produces the same metrics as an
 uninterrupted one on the CPU (tested). Progress goes to stderr: a bar on a terminal, otherwise one
 plain line per evaluation.
@@ -45,6 +51,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from experiments.diagnostics import DIAGNOSTIC_PREFIXES, dynamics, gradient_norms
 from experiments.models import MODEL_CONFIGS, build_model
 from experiments.params_budget import count_parameters
 from experiments.provenance import write_provenance
@@ -54,6 +61,8 @@ from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
 
 SCHEDULES = ("constant", "cosine")
+DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch the training-dynamics diagnostics read,
+DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
 
 
 @dataclass(frozen=True)
@@ -281,7 +290,8 @@ class Progress:
 
     def evaluation(self, record, tokens_per_second):
         if self.bar is None:
-            values = " ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step" and isinstance(v, float))
+            values = " ".join(f"{k} {v:.4g}" for k, v in record.items()
+                              if k != "step" and isinstance(v, float) and not k.startswith(DIAGNOSTIC_PREFIXES))
             total = f"/{self.total}" if self.total is not None else ""
             print(f"{self.name} step {record['step']}{total} {values} tokens/s {tokens_per_second:.0f}",
                   file=self.stream, flush=True)
@@ -302,12 +312,19 @@ class Run:
                                  generator=generator)
         self.optimizers = Optimizers(self.model, self.train)
         self.rng = np.random.default_rng(self.train.seed)
+        self.diagnostic_batch, _ = self.task.train_batch(
+            np.random.default_rng(self.train.seed + DIAGNOSTIC_SEED_OFFSET), DIAGNOSTIC_BATCH, 0)
         self.step = 0
+        self.best = None  # {"step", "score", "model"}: the evaluation with the lowest selection score so far
         self.train_seconds = 0.0  # wall time spent in fit, this process
 
     @property
     def checkpoint_path(self):
         return self.directory / "checkpoint.pt"
+
+    @property
+    def best_path(self):
+        return self.directory / "best.pt"
 
     def save_config(self, argv):
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -318,7 +335,8 @@ class Run:
         atomic_save({"step": self.step, "model": self.model.state_dict(),
                      "optimizers": self.optimizers.state_dict(),
                      "numpy_rng": json.dumps(self.rng.bit_generator.state),
-                     "torch_rng": torch.get_rng_state()}, self.checkpoint_path)
+                     "torch_rng": torch.get_rng_state(), **({"best": self.best} if self.best else {})},
+                    self.checkpoint_path)
 
     def load_checkpoint(self):
         state = load_checkpoint_file(self.checkpoint_path, self.train.device)
@@ -327,7 +345,23 @@ class Run:
         self.rng.bit_generator.state = json.loads(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"].cpu())
         self.step = state["step"]
+        self.best = state.get("best")
         self._truncate_metrics()
+        if self.best is not None:  # best.pt may hold an evaluation after the checkpoint
+            atomic_save(self.best, self.best_path)
+        else:
+            self.best_path.unlink(missing_ok=True)
+
+    def _keep_if_best(self, record):
+        """Keep the model in ``best.pt`` (and in memory) if ``record`` has the lowest ``task.selection_key`` yet."""
+        if self.task.selection_key is None:
+            return
+        score = record[self.task.selection_key]
+        if not math.isfinite(score) or (self.best is not None and score >= self.best["score"]):
+            return
+        model = {key: value.detach().clone() for key, value in self.model.state_dict().items()}
+        self.best = {"step": self.step, "score": score, "model": model}
+        atomic_save(self.best, self.best_path)
 
     def _truncate_metrics(self):
         """Drop metrics written after the checkpoint (the run died between the two)."""
@@ -348,6 +382,14 @@ class Run:
         self.model.train()
         return metrics
 
+    @torch.no_grad()
+    def diagnose(self):
+        """The training-dynamics diagnostics on the fixed diagnostic batch (``experiments.diagnostics``)."""
+        self.model.eval()
+        metrics = dynamics(self.model, self.diagnostic_batch)
+        self.model.train()
+        return metrics
+
     def fit(self, deadline=None):
         """Train to ``train.steps`` (or until ``time.perf_counter()`` passes ``deadline``); tokens/s."""
         train = self.train
@@ -359,6 +401,8 @@ class Run:
             loss = cross_entropy(logits, targets.to(train.device))
             self.optimizers.zero_grad()
             loss.backward()
+            evaluating = (self.step + 1) % train.eval_every == 0 or self.step + 1 == train.steps
+            gradients = gradient_norms(self.model) if evaluating else {}  # before clipping
             if train.clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), train.clip)
             self.optimizers.step()
@@ -366,10 +410,11 @@ class Run:
             tokens += inputs.numel()
             rate = tokens / (time.perf_counter() - start)
             progress.step(loss.item(), rate)
-            if self.step % train.eval_every == 0 or self.step == train.steps:
+            if evaluating:
                 record = {"step": self.step, **self.task.train_metrics(loss.item()), **self.evaluate("valid"),
-                          "drift": group_drift(self.model)}
+                          "drift": group_drift(self.model), **gradients, **self.diagnose()}
                 self._log(record)
+                self._keep_if_best(record)
                 progress.evaluation(record, rate)
             if self.step % train.checkpoint_every == 0 or self.step == train.steps:
                 self.save_checkpoint()
@@ -378,8 +423,12 @@ class Run:
         return tokens / max(time.perf_counter() - start, 1e-9)
 
     def finish(self, tokens_per_second):
-        """Write and return ``final.json``: the task's validation and test metrics and the run's figures."""
-        result = {"steps": self.step, **self.evaluate("valid"), **self.evaluate("test"),
+        """Write and return ``final.json``: the task's validation and test metrics of the kept model (the
+        best-validation one if the task selects, else the last), ``best_step``, and the run's figures."""
+        if self.best is not None:
+            self.model.load_state_dict(self.best["model"])
+        result = {"steps": self.step, "best_step": self.step if self.best is None else self.best["step"],
+                  **self.evaluate("valid"), **self.evaluate("test"),
                   "tokens_per_second": tokens_per_second, "train_seconds": self.train_seconds,
                   "parameters": count_parameters(self.model), "drift": group_drift(self.model)}
         (self.directory / "final.json").write_text(json.dumps(result, indent=2))
@@ -405,7 +454,8 @@ def run(config, directory, argv=None):
             raise ValueError(f"{directory} holds a checkpoint of a different run (see its config.json)")
         training.load_checkpoint()
     else:
-        (directory / "metrics.jsonl").unlink(missing_ok=True)  # from an attempt that died before its first checkpoint
+        for stale in ("metrics.jsonl", "best.pt"):  # from an attempt that died before its first checkpoint
+            (directory / stale).unlink(missing_ok=True)
         training.save_config(command_line(config, directory) if argv is None else argv)
     return training.finish(training.fit())
 

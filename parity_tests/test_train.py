@@ -180,3 +180,31 @@ def test_a_run_without_a_checkpoint_starts_over_without_stale_metrics(tmp_path):
                                               "length": 4, "eval_tokens": 8})
     with pytest.raises(ValueError, match="checkpoint of a different run"):
         train.run(other, directory)
+
+
+def test_the_best_validation_model_is_kept_and_tested(tmp_path, monkeypatch):
+    """Selection reads only ``selection_key``: with scripted scores 3, 1, 2, 5 the model of the second
+    evaluation is kept, and re-evaluating it reproduces that evaluation's validation bits."""
+    from experiments.tasks.lm import LanguageModelling
+
+    scores = iter([3.0, 1.0, 2.0, 5.0])
+    original = train.Run._log
+
+    def log_with_script(self, record):
+        original(self, record)
+        record["scripted"] = next(scores)
+
+    monkeypatch.setattr(train.Run, "_log", log_with_script)
+    monkeypatch.setattr(LanguageModelling, "selection_key", "scripted")
+    directory = tmp_path / "run"
+    assert train.main([*ARGS[:-10], "--steps", "8", "--eval-every", "2", "--checkpoint-every", "2",
+                       "--eval-tokens", "200", "--lr", "0.03", "--run-dir", str(directory)]) == 0
+    records = {m["step"]: m for m in metrics(directory)}
+    final = json.loads((directory / "final.json").read_text())
+    assert final["best_step"] == 4 and final["steps"] == 8
+    assert final["valid_bits"] == pytest.approx(records[4]["valid_bits"], rel=1e-6)
+    assert final["valid_bits"] != pytest.approx(records[8]["valid_bits"], rel=1e-6)  # not the last model
+    best = torch.load(directory / "best.pt", weights_only=True)
+    assert best["step"] == 4 and best["score"] == 1.0
+    checkpoint = torch.load(directory / "checkpoint.pt", weights_only=True)
+    assert checkpoint["best"]["step"] == 4 and checkpoint["step"] == 8

@@ -15,6 +15,9 @@ The training loop asks it for three things:
   from ``split_generator(seed, split)``, independent of the training stream (``seed``). The loop
   calls it in evaluation mode without gradients; models are called as ``logits, _ = model(tokens)``.
 * ``train_metrics(loss)``: how the training loss (mean nats per scored position) is recorded.
+* ``selection_key`` (optional, a class attribute): the validation metric that model selection
+  minimises, over a run's evaluations (the best checkpoint, whose test metrics are reported) and
+  over a sweep's learning rates (``experiments.tuning``). The default, None, keeps the last model.
 
 ``vocab_size`` is the size of the token space the model reads and predicts (inputs and targets),
 so the loop sizes the model's embedding and readout to it. A new task is one file in
@@ -41,6 +44,7 @@ class Task(abc.ABC):
     """Base class of the training tasks (see the module docstring for the contract)."""
 
     Config: type = None  # a frozen dataclass that validates itself in __post_init__
+    selection_key: str | None = None  # the validation metric model selection minimises (None: keep the last)
 
     def __init__(self, config, seed):
         if not isinstance(config, self.Config):

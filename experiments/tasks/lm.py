@@ -1,9 +1,15 @@
-"""Language modelling on a token stream (task ``lm``): random training windows, windowed evaluation.
+"""Language modelling on a token stream (task ``lm``): random training windows, windowed and
+carried-state evaluation.
 
 Training batches are ``batch`` windows of ``length + 1`` tokens at uniform random offsets of the
-train stream (inputs and the targets shifted by one). Evaluation cuts the first ``eval_tokens + 1``
-tokens of a split into consecutive non-overlapping windows of ``length + 1`` (the state restarts at
-each window) and reports the mean cross-entropy in bits per token.
+train stream (inputs and the targets shifted by one). The windowed evaluation cuts the first
+``eval_tokens + 1`` tokens of a split into consecutive non-overlapping windows of ``length + 1``
+(the state restarts at each window) and reports the mean cross-entropy in bits per token; it is
+the validation metric at every evaluation and what model selection minimises. At the end, a
+recurrent model (``experiments.models.is_recurrent``) is also evaluated on the whole test split
+with its state carried from the first token to the last (``carried_bits``; the convention of the
+published Penn Treebank character results), the split read as ``carried_streams`` contiguous
+pieces side by side.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import numpy as np
 import torch
 
 from experiments.datasets import DATASETS, load_dataset
+from experiments.models import is_recurrent
 from experiments.tasks.base import Task, model_device
 
 
@@ -47,23 +54,55 @@ def bits_per_token(model, stream, length, batch=64):
     for start in range(0, count, batch):
         chunk = torch.from_numpy(windows[start:start + batch]).to(model_device(model))
         logits, _ = model(chunk[:, :-1])
-        nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1), chunk[:, 1:].flatten(), reduction="none")
-        losses.append(nats.double().cpu().numpy())
+        losses.append(_scored_nats(logits, chunk[:, 1:]))
     return float(np.mean(np.concatenate(losses))) / math.log(2)  # one float64 sum in a fixed order
+
+
+def _scored_nats(logits, targets):
+    """Cross-entropy in nats of every position, float64 on the CPU: ``[B, T, V]``, ``[B, T]`` -> ``[B·T]``."""
+    nats = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    return nats.double().cpu().numpy()
+
+
+@torch.no_grad()
+def carried_bits(model, stream, length, streams=1):
+    """Mean cross-entropy in bits per token over a whole stream with the model's state carried.
+
+    ``stream`` (``[N]`` ids) is cut into ``streams`` contiguous pieces of ⌊(N − 1)/streams⌋ + 1
+    tokens (the last few tokens that do not fill a piece are dropped) read side by side as one
+    batch; each piece is fed in chunks of ``length`` tokens, every chunk continuing from the cache
+    the previous one returned (``logits, cache = model(chunk, cache)``), so the state restarts only
+    at the start of a piece. Equal to one forward pass over each whole piece (tested).
+    """
+    per_piece = (len(stream) - 1) // streams
+    if per_piece < 1:
+        raise ValueError(f"stream of {len(stream)} tokens is too short for {streams} pieces")
+    pieces = torch.from_numpy(np.stack([stream[i * per_piece:(i + 1) * per_piece + 1] for i in range(streams)]))
+    pieces, cache, losses = pieces.to(model_device(model)), None, []
+    for start in range(0, per_piece, length):
+        chunk = pieces[:, start:start + length + 1]
+        logits, cache = model(chunk[:, :-1], cache)
+        losses.append(_scored_nats(logits, chunk[:, 1:]))
+    return float(np.mean(np.concatenate(losses))) / math.log(2)
 
 
 @dataclass(frozen=True)
 class LanguageModellingConfig:
     """``dataset``: a key of ``experiments.datasets.DATASETS``; ``length``: tokens per window;
-    ``eval_tokens``: how many tokens of a split one evaluation reads."""
+    ``eval_tokens``: how many tokens of a split one windowed evaluation reads; ``carried_streams``:
+    the pieces of the carried-state test evaluation of a recurrent model (0: none)."""
 
     dataset: str | None = None
     length: int = 128
     eval_tokens: int = 50_000
+    carried_streams: int = 1
 
     def __post_init__(self):
         if self.dataset not in DATASETS:
             raise ValueError(f"unknown dataset {self.dataset!r}; choose one of {sorted(DATASETS)} (--dataset)")
+        if isinstance(self.carried_streams, bool) or not isinstance(self.carried_streams, int) \
+                or self.carried_streams < 0:
+            raise ValueError(f"carried_streams must be a non-negative int, got {self.carried_streams!r}")
         for name in ("length", "eval_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -74,6 +113,7 @@ class LanguageModelling(Task):
     """Next-token prediction on a dataset's streams; ``valid_bits`` and ``test_bits_per_token``."""
 
     Config = LanguageModellingConfig
+    selection_key = "valid_bits"  # windowed
 
     def __init__(self, config, seed):
         super().__init__(config, seed)
@@ -100,6 +140,9 @@ class LanguageModelling(Task):
         result = {"test_split": tested, "test_bits_per_token": bits}
         if self.data.word_level:
             result["test_perplexity"] = 2.0 ** bits
+        if self.config.carried_streams and is_recurrent(model):
+            result["test_carried_bits_per_token"] = carried_bits(
+                model, self.data.streams[tested], self.config.length, self.config.carried_streams)
         return result
 
     def train_metrics(self, loss):
