@@ -3,9 +3,13 @@
 Reads each finished run under DIR (a directory holding ``final.json``) with its ``config.json``;
 the runs' task chooses the report. Language modelling (``lm``): runs whose configs differ only in
 the seed form an arm (labelled by a run's name without its ``-seed<k>`` suffix), and ``report.md``
-gives per arm the runs, parameters, final test bits per token as mean ± 95% t-interval over seeds,
-tokens/s and training wall time, next to ``report_curves.png`` / ``report_drift.png`` (validation
-bits and state drift against the step, mean over seeds). Noisy recall (``recall``) gets its own
+gives per arm the runs, parameters, learning rate, each run's best step (flagged when it is the
+run's last evaluation: not converged), test bits per token of the best-validation model as mean ±
+95% t-interval over seeds (windowed, and with the state carried across the split for recurrent
+models), tokens/s and training wall time, then the learning-rate search when the sweep had one
+(``chosen_rates.json``), next to ``report_curves.png`` / ``report_drift.png`` (validation bits and
+state drift against the step, mean over seeds) and, for each group-RNN arm,
+``report_dynamics_<arm>.png`` (its training dynamics, ``experiments.diagnostics``). Noisy recall (``recall``) gets its own
 statistics: see ``experiments/recall_report.py``. Any other task gets ``metrics_report``: per arm,
 each numeric value of ``final.json`` as mean ± 95% CI over seeds, and a plot of each validation
 metric of ``metrics.jsonl`` (``report_<key>.png``).
@@ -15,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,11 +30,7 @@ import numpy as np  # noqa: E402
 
 from experiments import recall_report  # noqa: E402
 from experiments.stats import format_interval  # noqa: E402
-
-
-def arm_of(name):
-    """``o-rnn-seed3`` -> ``o-rnn``."""
-    return re.sub(r"-seed\d+$", "", name)
+from experiments.sweep_run import arm_of  # noqa: E402
 
 
 def finished_runs(directory):
@@ -70,17 +69,79 @@ def load_runs(directory):
     return {arm_of(runs[0]["name"]): runs for runs in groups.values()}
 
 
+NOT_CONVERGED = "†"
+
+
+def best_steps(runs):
+    """The runs' best steps, ``NOT_CONVERGED`` after one that is its run's last evaluation."""
+    cells = []
+    for run in runs:
+        best, last = run["final"].get("best_step"), run["final"]["steps"]
+        cells.append("—" if best is None else f"{best:,}{NOT_CONVERGED if best == last else ''}")
+    return ", ".join(cells)
+
+
 def table(arms):
-    lines = ["| arm | runs | parameters | test bits/token (mean ± 95% CI) | tokens/s | train time (s) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| arm | runs | parameters | lr | best step | test bits/token (mean ± 95% CI) | "
+             "test bits/token, state carried | tokens/s | train time (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for arm, runs in arms.items():
         interval = format_interval([r["final"]["test_bits_per_token"] for r in runs])
+        carried = [r["final"].get("test_carried_bits_per_token") for r in runs]
+        carried = format_interval(carried) if None not in carried else "—"
         parameters = sorted({r["final"]["parameters"] for r in runs})
+        rates = sorted({r["config"]["train"]["lr"] for r in runs})
         speed = np.mean([r["final"]["tokens_per_second"] for r in runs])
         seconds = np.mean([r["final"].get("train_seconds", np.nan) for r in runs])
-        lines.append(f"| {arm} | {len(runs)} | {', '.join(f'{p:,}' for p in parameters)} | {interval} | "
+        lines.append(f"| {arm} | {len(runs)} | {', '.join(f'{p:,}' for p in parameters)} | "
+                     f"{', '.join(f'{r:g}' for r in rates)} | {best_steps(runs)} | {interval} | {carried} | "
                      f"{speed:,.0f} | {seconds:,.0f} |")
+    lines.append(f"\nBest step: the evaluation with the lowest validation bits, whose model is tested; "
+                 f"{NOT_CONVERGED} marks a run whose best step is its last evaluation (not converged).")
     return "\n".join(lines) + "\n"
+
+
+def rates_table(chosen):
+    """The learning-rate search (``chosen_rates.json``): validation score per arm and rate, the choice in bold."""
+    labels = list(next(iter(chosen.values()))["scores"])
+    lines = ["| arm | " + " | ".join(labels) + " | chosen |", "|---|" + "---|" * (len(labels) + 1)]
+    for arm, choice in chosen.items():
+        cells = ["diverged" if score is None else f"{score:.4f}" for score in choice["scores"].values()]
+        cells = [f"**{cell}**" if label == f"lr{choice['lr']:g}" else cell for label, cell in zip(labels, cells)]
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {choice['lr']:g} |")
+    return "\n".join(lines) + "\n"
+
+
+DYNAMICS_PANELS = (  # (title, keys, log scale)
+    ("‖A_t‖₂ (rotation per step)", ("dyn_rotation_mean", "dyn_rotation_max"), False),
+    ("‖c_t‖ and its terms", ("dyn_drive_norm", "dyn_input_norm", "dyn_state_norm"), False),
+    ("Re tr(H_tᴴH_{t+k})/n", ("dyn_similarity@1", "dyn_similarity@10"), False),
+    ("gradient norm before clipping", "grad_norm_", True),
+    ("readout weight norm", ("dyn_readout_norm",), False),
+    ("bits per token", ("train_bits", "valid_bits"), False))
+
+
+def plot_dynamics(arm, runs, path):
+    """One figure of an arm's training dynamics (``experiments.diagnostics``), mean over its seeds."""
+    figure, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    for axis, (title, keys, log) in zip(axes.flat, DYNAMICS_PANELS):
+        present = {k for r in runs for m in r["metrics"] for k in m}
+        keys = sorted(k for k in present if k.startswith(keys)) if isinstance(keys, str) else keys
+        for key in keys:
+            steps = sorted({m["step"] for r in runs for m in r["metrics"] if key in m})
+            values = [np.mean([m[key] for r in runs for m in r["metrics"] if m["step"] == s and key in m])
+                      for s in steps]
+            if steps:
+                axis.plot(steps, values, marker=".", label=key.removeprefix("dyn_").removeprefix("grad_norm_"))
+        axis.set_title(title, fontsize=9)
+        axis.set_xlabel("step", fontsize=8)
+        if log and axis.lines:
+            axis.set_yscale("log")
+        if axis.lines:
+            axis.legend(fontsize=7)
+    figure.suptitle(f"{arm}: training dynamics (mean over {len(runs)} seed{'s' if len(runs) > 1 else ''})")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def plot(arms, key, ylabel, path, log=False):
@@ -115,9 +176,16 @@ def lm_report(directory):
     """Write report.md and the plots of a language-modelling sweep into ``directory``; returns the Markdown."""
     arms = load_runs(directory)
     markdown = f"# Report: {directory.name}\n\n" + table(arms)
+    chosen = directory / "chosen_rates.json"
+    if chosen.exists() and json.loads(chosen.read_text()):
+        markdown += ("\n## Learning-rate search\n\nValidation bits per token at each arm's best step, one seed "
+                     "(runs in tune/):\n\n" + rates_table(json.loads(chosen.read_text())))
     (directory / "report.md").write_text(markdown)
     plot(arms, "valid_bits", "validation bits per token (mean over seeds)", directory / "report_curves.png")
     plot(arms, "drift", "max |xᴴx − I| of group-valued parameters", directory / "report_drift.png", log=True)
+    for arm, runs in arms.items():
+        if any(key.startswith("dyn_") for r in runs for m in r["metrics"] for key in m):
+            plot_dynamics(arm, runs, directory / f"report_dynamics_{arm}.png")
     return markdown
 
 

@@ -13,6 +13,10 @@ status (one file per sweep, so sweeps that share a directory keep theirs).
 without it Ray starts a local one), one task per run with ``--workers`` tasks' worth of CPUs
 shared out as on the pool. The run directories must be on storage every node sees.
 
+A sweep that sets ``TUNING`` chooses each arm's learning rate on validation first: its search
+runs go to ``DIR/tune/`` and the choice to ``DIR/chosen_rates.json`` (``experiments.tuning``); a
+sweep's ``OUT`` replaces the default directory.
+
 A sweep may set ``NEEDS_CUDA = "why"``: without a CUDA device the sweep then stops before
 starting, printing why, unless ``--allow-cpu`` is given. Presets that set ``device: auto``
 resolve it when each run starts, on the machine that runs it.
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from experiments import train
+from experiments import train, tuning
 from experiments.sweeps import PRESETS, load_sweep
 
 
@@ -81,10 +85,27 @@ def _run_on_ray(pending, out, threads):
 EXECUTORS = ("local", "ray")
 
 
+def _run_stage(runs, out, record, workers, executor, known=None):
+    """Run the pending ``runs`` into ``out``; write ``out/<record>`` and return ``{name: status}``
+    (``known``: statuses decided without running)."""
+    out.mkdir(parents=True, exist_ok=True)
+    status = {**(known or {}), **{run.name: {"name": run.name, "status": "skipped (complete)"} for run in runs
+                                  if (out / run.name / "final.json").exists()}}
+    pending = [run for run in runs if run.name not in status]
+    threads = max(1, (os.cpu_count() or 1) // workers)  # no oversubscription: it slows torch manyfold
+    results = _run_on_ray(pending, out, threads) if executor == "ray" else _run_on_pool(pending, out, workers, threads)
+    status.update({result["name"]: result for result in results})
+    status = {name: status[name] for name in [*(known or {}), *(run.name for run in runs)]}
+    (out / record["file"]).write_text(json.dumps({"sweep": record["source"], "runs": status}, indent=2))
+    return status
+
+
 def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
     """Run every pending run of ``sweep`` (a preset, module or file); returns ``{name: status}``.
 
     ``executor``: ``local`` (a process pool of ``workers``) or ``ray`` (see the module docstring).
+    A sweep with ``TUNING`` first runs its learning-rate search in ``out/tune`` and trains each arm
+    at its chosen rate (``experiments.tuning``); an arm whose search has no finished run fails.
 
     Raises:
         RuntimeError: the sweep sets ``NEEDS_CUDA``, no CUDA device is present and ``allow_cpu``
@@ -96,17 +117,16 @@ def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
     runs = loaded.runs
     if loaded.needs_cuda and not torch.cuda.is_available() and not allow_cpu:
         raise RuntimeError(f"{loaded.name}: no CUDA device. {loaded.needs_cuda} Pass --allow-cpu to start anyway.")
-    out = Path(out) if out is not None else Path("runs") / loaded.name
-    out.mkdir(parents=True, exist_ok=True)
-    status = {run.name: {"name": run.name, "status": "skipped (complete)"} for run in runs
-              if (out / run.name / "final.json").exists()}
-    pending = [run for run in runs if run.name not in status]
-    threads = max(1, (os.cpu_count() or 1) // workers)  # no oversubscription: it slows torch manyfold
-    results = _run_on_ray(pending, out, threads) if executor == "ray" else _run_on_pool(pending, out, workers, threads)
-    status.update({result["name"]: result for result in results})
-    ordered = {run.name: status[run.name] for run in runs}
-    (out / f"sweep-{loaded.name}.json").write_text(json.dumps({"sweep": loaded.source, "runs": ordered}, indent=2))
-    return ordered
+    out = Path(out) if out is not None else Path(loaded.out or Path("runs") / loaded.name)
+    record, known = {"file": f"sweep-{loaded.name}.json", "source": loaded.source}, {}
+    if loaded.tuning is not None:
+        search = tuning.tuning_runs(runs, loaded.tuning)
+        _run_stage(search, out / "tune", record, workers, executor)
+        runs, untuned = tuning.with_chosen_rates(runs, tuning.choose_rates(runs, loaded.tuning, out / "tune"))
+        known = {name: {"name": name, "status": "failed", "error": "no learning-rate search run of its arm finished"}
+                 for name in untuned}
+    status = _run_stage(runs, out, record, workers, executor, known)
+    return {run.name: status[run.name] for run in loaded.runs}
 
 
 def main(argv=None):

@@ -1,7 +1,9 @@
-"""``SweepRun``: one run of a sweep, as plain typed data (a leaf module: it imports nothing of the project)."""
+"""``SweepRun`` (one run of a sweep) and ``Tuning`` (a sweep's learning-rate search), as plain typed
+data (a leaf module: it imports nothing of the project)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 OPTION_TYPES = (bool, int, float, str, type(None))
@@ -41,3 +43,32 @@ class SweepRun:
 def option_argv(options):
     """``{"n": 16, "lr": 0.001}`` -> ``["--n", "16", "--lr", "0.001"]``."""
     return [item for key, value in options.items() for item in (f"--{key.replace('_', '-')}", str(value))]
+
+
+def arm_of(name):
+    """``o-rnn-seed3`` -> ``o-rnn``: a run's arm is its name without the ``-seed<k>`` suffix."""
+    return re.sub(r"-seed\d+$", "", name)
+
+
+LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """A sweep's learning-rate search (``experiments.tuning``): before its runs, every arm is trained
+    once per rate in ``rates`` with seed ``seed`` and the options overridden by ``options`` (a
+    shorter budget), and its runs then use the rate whose run reached the lowest validation score."""
+
+    rates: tuple = LEARNING_RATES
+    options: dict = field(default_factory=dict)
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.rates or not all(isinstance(r, float) and r > 0 for r in self.rates):
+            raise ValueError(f"Tuning.rates must be positive floats, got {self.rates!r}")
+        if len(set(self.rates)) != len(self.rates):
+            raise ValueError(f"Tuning.rates repeat a rate: {self.rates!r}")
+        if not isinstance(self.options, dict) or {"lr", "seed"} & set(self.options):
+            raise ValueError("Tuning.options must be a dict that sets neither lr nor seed (the search sets them)")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"Tuning.seed must be a non-negative int, got {self.seed!r}")

@@ -1,5 +1,7 @@
 """Sweep presets and sweep loading. A sweep is a module that defines ``RUNS``, a list of
-``experiments.sweep_run.SweepRun`` with unique names, and optionally ``NEEDS_CUDA = "why"``.
+``experiments.sweep_run.SweepRun`` with unique names, and optionally ``NEEDS_CUDA = "why"``,
+``TUNING`` (an ``experiments.sweep_run.Tuning``: choose each arm's learning rate on validation
+first, see ``experiments.tuning``) and ``OUT`` (its default output directory).
 
 A sweep is named by a preset (``PRESETS``: a module of this package), a dotted module name, or the
 path of a Python file (imported as a module of its own).
@@ -12,19 +14,23 @@ import importlib.util
 from pathlib import Path
 from typing import NamedTuple
 
-from experiments.sweep_run import SweepRun
+from experiments.sweep_run import SweepRun, Tuning
 
 PRESETS = {"charlm-ptb": "charlm_ptb", "charlm-shakespeare": "charlm_shakespeare", "paper": "charlm_paper",
+           "charlm-v2-ptb": "charlm_v2_ptb", "charlm-v2-shakespeare": "charlm_v2_shakespeare",
            "nar-cpu": "nar_cpu", "nar-cpu-ns-steps": "nar_cpu_ns_steps", "nar-paper": "nar_paper"}
 
 
 class Sweep(NamedTuple):
-    """A loaded sweep: ``name`` (its file stem), ``source`` (what named it), ``runs``, ``needs_cuda`` ('' if not)."""
+    """A loaded sweep: ``name`` (its file stem), ``source`` (what named it), ``runs``, ``needs_cuda``
+    ('' if not), ``tuning`` (a Tuning, or None: the runs' own rates) and ``out`` (None: ``runs/<name>``)."""
 
     name: str
     source: str
     runs: list
     needs_cuda: str
+    tuning: Tuning | None
+    out: str | None
 
 
 def _import(sweep):
@@ -58,8 +64,11 @@ def load_sweep(sweep):
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ValueError(f"{sweep}: run names must be unique; repeated: {duplicates}")
+    tuning = getattr(module, "TUNING", None)
+    if tuning is not None and not isinstance(tuning, Tuning):
+        raise ValueError(f"{sweep}: TUNING must be an experiments.sweep_run.Tuning, got {type(tuning).__name__}")
     name = Path(module.__file__).stem
-    return Sweep(name, sweep, runs, getattr(module, "NEEDS_CUDA", ""))
+    return Sweep(name, sweep, runs, getattr(module, "NEEDS_CUDA", ""), tuning, getattr(module, "OUT", None))
 
 
 def load_runs(sweep):

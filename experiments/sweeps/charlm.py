@@ -30,8 +30,8 @@ TRAINING = {"steps": STEPS, "batch": 32, "length": 128, "lr": LR, "schedule": "c
 GROUPS = ("O", "SO", "U", "SU", "T", "BO", "GL")
 
 
-def arms(vocab_size, budget=BUDGET, length=None):
-    """``{arm name: (model name, config sized to ``budget``)}``; ``length``: the GPT's maximum length."""
+def templates(vocab_size, length=None):
+    """``{arm name: (model name, config template)}`` of this study; ``length``: the GPT's maximum length."""
     sized = {f"rnn-{group}": ("group_rnn", GroupRNNConfig(vocab_size=vocab_size, group=group)) for group in GROUPS}
     sized["rnn-O-mix-scalar"] = ("group_rnn", GroupRNNConfig(vocab_size=vocab_size, group="O", mixing="scalar"))
     sized["rnn-O-mix-lowrank"] = ("group_rnn", GroupRNNConfig(vocab_size=vocab_size, group="O", mixing="lowrank",
@@ -40,14 +40,21 @@ def arms(vocab_size, budget=BUDGET, length=None):
                                                                           num_layers=2, num_heads=2))
     sized["lstm"] = ("lstm", LSTMConfig(vocab_size=vocab_size, hidden_size=1))
     sized["gpt"] = ("gpt", GPTConfig(vocab_size=vocab_size, width=4, max_length=length or TRAINING["length"]))
-    return {name: (model, size_to_budget(template, budget)) for name, (model, template) in sized.items()}
+    return sized
 
 
-def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS):
-    """Every (arm, seed) of the study on ``dataset`` as SweepRuns (defaults: the CPU study)."""
+def arms(vocab_size, budget=BUDGET, length=None, study=templates):
+    """``{arm name: (model name, config sized to ``budget``)}`` of ``study(vocab_size, length)``'s templates."""
+    return {name: (model, size_to_budget(template, budget))
+            for name, (model, template) in study(vocab_size, length).items()}
+
+
+def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS, study=templates):
+    """Every (arm, seed) of a study on ``dataset`` as SweepRuns (defaults: this CPU study's arms and
+    recipe); ``study``: a function ``(vocab_size, length) -> {arm: (model name, config template)}``."""
     training = TRAINING if training is None else training
     result = []
-    for name, (model, config) in arms(vocab_size, budget, training["length"]).items():
+    for name, (model, config) in arms(vocab_size, budget, training["length"], study).items():
         fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "vocab_size" and v is not None}
         for seed in seeds:
             result.append(SweepRun(f"{name}-seed{seed}", model, "lm",

@@ -1,0 +1,53 @@
+"""The character-level study v2 (issue 13): every arm at its own tuned learning rate, trained on
+equal tokens with 3 seeds, tested at its best-validation step.
+
+Arms (``ARMS``, each sized to ``BUDGET`` real parameters within ±2% by
+``experiments.params_budget.size_to_budget``): an LSTM and a GPT; the group RNN with O (the
+paper's plain update), O with scalar mixing, U, T, BO and GL; the O(n) group Transformer; and
+``rnn-O-fix``, the O RNN with the fix of issue 13 item 2, once ``O_FIX`` names its config
+options. A further arm (another shape of the O RNN, say) is one more entry in ``templates``.
+
+Recipe (``experiments.tuning``): each arm's learning rate is chosen on validation from
+``experiments.sweep_run.LEARNING_RATES`` = {3e-4, 1e-3, 3e-3, 1e-2} by one seed trained for
+``TUNE_STEPS``; then 3 seeds per arm train ``STEPS`` steps of 32 × 128 characters (cosine decay
+after a 50-step warm-up, gradient norm clipped to 1), evaluated every 100 steps on the first
+``eval_tokens`` characters of the validation split; the best-validation model is tested on the
+test split, windowed and (recurrent arms) with the state carried across it in 16 contiguous
+pieces. Results go to ``experiments/results/charlm_v2/<dataset>/``; the device is chosen when
+each run starts.
+
+    python -m experiments.sweep charlm-v2-shakespeare      # then: python -m experiments.report DIR
+    python -m experiments.sweep charlm-v2-ptb
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from experiments.sweep_run import Tuning
+from experiments.sweeps import charlm
+
+BUDGET = 200_000
+SEEDS = (0, 1, 2)
+STEPS = 2000
+TUNE_STEPS = 500
+TRAINING = {"steps": STEPS, "batch": 32, "length": 128, "lr": 1e-3, "schedule": "cosine", "warmup": 50,
+            "eval_every": 100, "eval_tokens": 100_000, "checkpoint_every": 100, "carried_streams": 16,
+            "device": "auto"}  # lr: replaced by each arm's chosen rate
+TUNING = Tuning(options={"steps": TUNE_STEPS})
+ARMS = ("lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O")
+O_FIX = {}  # GroupRNNConfig options of the O RNN's fix (issue 13 item 2); non-empty: adds the arm rnn-O-fix
+
+
+def templates(vocab_size, length=None):
+    """``{arm: (model name, config template)}``: ``ARMS`` from the first study, and ``rnn-O-fix``."""
+    first = charlm.templates(vocab_size, length)
+    chosen = {name: first[name] for name in ARMS}
+    if O_FIX:
+        chosen["rnn-O-fix"] = ("group_rnn", dataclasses.replace(first["rnn-O"][1], **O_FIX))
+    return chosen
+
+
+def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS):
+    """Every (arm, seed) of the v2 study on ``dataset`` (its learning rates still to be tuned)."""
+    return charlm.runs(dataset, vocab_size, budget, TRAINING if training is None else training, seeds, templates)
