@@ -68,8 +68,7 @@ def dynamics(model, tokens):
         return {}
     cell, group = model.cell, model.group
     tokens = tokens.to(cell.input_map.weight.device)
-    _, returned = model(tokens)
-    states = returned if isinstance(returned, torch.Tensor) else returned.states  # [B, T, n, n]
+    states = model(tokens)[1].states  # [B, T, n, n]
     initial = cell.initial_state.expand(tokens.shape[0], 1, -1, -1)
     previous = torch.cat([initial, states[:, :-1]], dim=1)  # H_{t-1}
     drive = cell.input_map(model.embedding(tokens))  # d_t = W e_t + b: [B, T, dim]

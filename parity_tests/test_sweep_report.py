@@ -83,6 +83,7 @@ def test_the_paper_preset_sizes_every_arm_to_two_million_and_asks_for_cuda():
 
     sweep = load_sweep("paper")
     assert sweep.needs_cuda and len(sweep.runs) == 12 * 5 * 2
+    assert sweep.tuning.rates == (3e-4, 1e-3, 3e-3, 1e-2) and sweep.tuning.options["steps"] < 8000  # tuned rates
     for run in sweep.runs[::5]:
         assert run.options["steps"] == 8000 and run.options["device"] == "auto"  # resolved when the run starts
         config = build_config(run.model, run.task, run.options)
@@ -127,3 +128,102 @@ def test_a_task_without_its_own_report_gets_every_final_metric_over_seeds(tmp_pa
     assert "| arm | runs | test_accuracy@128 | parameters |" in markdown
     assert f"| words-S5 | 2 | 0.6000 ± {half:.4f} | 100.0000 ± 0.0000 |" in markdown
     assert (tmp_path / "report_valid_accuracy@64.png").stat().st_size > 0
+
+
+TUNED_SWEEP = '''
+from experiments.sweep_run import Tuning
+from experiments.sweeps.charlm_v2 import runs
+
+TINY = {"steps": 4, "batch": 2, "length": 8, "lr": 1e-3, "eval_every": 2, "eval_tokens": 48, "checkpoint_every": 2,
+        "carried_streams": 5000, "device": "auto"}
+TUNING = Tuning(rates=(1e-3, 3e-2), options={"steps": 2})
+RUNS = [run for run in runs("ptb_char", 50, budget=12_000, training=TINY, seeds=(1,))
+        if run.name.startswith("rnn-O-seed")]
+'''
+
+
+def test_a_tuned_sweep_chooses_each_arms_rate_on_validation_then_trains_every_seed_at_it(tmp_path):
+    """The charlm_v2 recipe in miniature (one arm, two rates, one seed): search, choice from the search runs'
+    validation only, the run at the chosen rate, report, resumption."""
+    sweep = tmp_path / "tuned.py"
+    sweep.write_text(TUNED_SWEEP)
+    out = tmp_path / "runs"
+    status = run_sweep(sweep, out, workers=2)
+    assert list(status) == ["rnn-O-seed1"]
+    assert all(s["status"] == "done" for s in status.values()), status
+    chosen = json.loads((out / "chosen_rates.json").read_text())
+    for arm in ("rnn-O",):
+        searched = {rate: json.loads((out / "tune" / f"{arm}-lr{rate:g}" / "final.json").read_text())
+                    for rate in (1e-3, 3e-2)}
+        assert all(final["steps"] == 2 for final in searched.values())
+        best = min(searched, key=lambda rate: searched[rate]["valid_bits"])
+        assert chosen[arm]["lr"] == best and chosen[arm]["score"] == searched[best]["valid_bits"]
+        assert json.loads((out / "tune" / f"{arm}-lr{best:g}" / "config.json").read_text())["train"]["seed"] == 0
+        for seed in (1,):  # the search ran seed 0
+            config = json.loads((out / f"{arm}-seed{seed}" / "config.json").read_text())
+            assert config["train"]["lr"] == best and config["train"]["seed"] == seed
+            assert config["train"]["device"] == "cpu"  # "auto", resolved when the run started
+            final = json.loads((out / f"{arm}-seed{seed}" / "final.json").read_text())
+            assert final["best_step"] in (2, 4) and "test_carried_bits_per_token" in final
+    markdown = report(out)
+    assert "| rnn-O | 1 |" in markdown and "Learning-rate search" in markdown and "best step" in markdown
+    assert (out / "report_dynamics_rnn-O.png").stat().st_size > 0
+    again = run_sweep(sweep, out, workers=1)
+    assert all(s["status"] == "skipped (complete)" for s in again.values())
+
+
+def test_the_report_flags_a_best_step_at_the_last_evaluation():
+    from experiments.report import NOT_CONVERGED, best_steps
+
+    runs = [{"final": {"best_step": 300, "steps": 400}}, {"final": {"best_step": 400, "steps": 400}}]
+    assert best_steps(runs) == f"300, 400{NOT_CONVERGED}"
+
+
+@pytest.mark.parametrize("preset, dataset, vocab_size", [("charlm-v2-ptb", "ptb_char", 50),
+                                                         ("charlm-v2-shakespeare", "tinyshakespeare", 65)])
+def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, vocab_size, monkeypatch):
+    from experiments.params_budget import TOLERANCE, parameter_count
+    from experiments.sweep_run import LEARNING_RATES, arm_of
+    from experiments.sweeps import charlm_v2, load_sweep
+    from experiments.train import build_config
+
+    sweep = load_sweep(preset)
+    assert sweep.tuning.rates == LEARNING_RATES == (3e-4, 1e-3, 3e-3, 1e-2) and sweep.tuning.seed == 0
+    assert sweep.tuning.options["steps"] < charlm_v2.STEPS
+    assert sweep.out == f"experiments/results/charlm_v2/{dataset}"
+    arms = {arm_of(run.name) for run in sweep.runs}
+    assert arms == {"lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O"}
+    assert len(sweep.runs) == len(arms) * len(charlm_v2.SEEDS) and len(charlm_v2.SEEDS) >= 3
+    tokens = {run.options["steps"] * run.options["batch"] * run.options["length"] for run in sweep.runs}
+    assert len(tokens) == 1  # every arm trains on the same number of tokens
+    for run in sweep.runs[::len(charlm_v2.SEEDS)]:
+        assert run.options["device"] == "auto" and run.options["carried_streams"] > 0
+        config = build_config(run.model, run.task, run.options)
+        assert config.model.vocab_size == vocab_size
+        assert abs(parameter_count(config.model) - charlm_v2.BUDGET) <= TOLERANCE * charlm_v2.BUDGET, run.name
+    monkeypatch.setattr(charlm_v2, "O_FIX", {"reproject_every": 16})  # the hook of issue 13 item 2
+    fixed = charlm_v2.templates(vocab_size)
+    assert fixed["rnn-O-fix"][1].reproject_every == 16 and fixed["rnn-O-fix"][1].group == "O"
+
+
+def test_the_rate_choice_reads_each_arms_search_runs_and_skips_unfinished_or_diverged_ones(tmp_path):
+    from experiments.sweep_run import SweepRun, Tuning
+    from experiments.tuning import choose_rates, tuning_runs, with_chosen_rates
+
+    runs = [SweepRun(f"{arm}-seed{seed}", "lstm", "lm", {"dataset": "ptb_char", "lr": 1.0, "seed": seed})
+            for arm in ("a", "b", "c") for seed in (0, 1, 2)]
+    tuning = Tuning(rates=(1e-3, 1e-2, 1e-1), options={"steps": 7})
+    search = tuning_runs(runs, tuning)
+    assert [r.name for r in search[:3]] == ["a-lr0.001", "a-lr0.01", "a-lr0.1"] and len(search) == 9
+    assert all(r.options["steps"] == 7 and r.options["seed"] == 0 for r in search)
+    finals = {"a-lr0.001": 2.5, "a-lr0.01": 2.1, "a-lr0.1": 2.3, "b-lr0.001": 3.0, "b-lr0.1": float("nan")}
+    for name, bits in finals.items():  # b-lr0.01 and every c run never finished; b-lr0.1 diverged
+        (tmp_path / "tune" / name).mkdir(parents=True)
+        (tmp_path / "tune" / name / "final.json").write_text(json.dumps({"valid_bits": bits, "best_step": 5}))
+    chosen = choose_rates(runs, tuning, tmp_path / "tune")
+    assert {arm: c["lr"] for arm, c in chosen.items()} == {"a": 1e-2, "b": 1e-3}
+    assert chosen["b"]["scores"] == {"lr0.001": 3.0, "lr0.01": None, "lr0.1": None}
+    assert json.loads((tmp_path / "chosen_rates.json").read_text()) == chosen
+    tuned, untuned = with_chosen_rates(runs, chosen)
+    assert [r.options["lr"] for r in tuned] == [1e-2] * 3 + [1e-3] * 3
+    assert untuned == ["c-seed0", "c-seed1", "c-seed2"]

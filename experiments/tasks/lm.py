@@ -5,11 +5,12 @@ Training batches are ``batch`` windows of ``length + 1`` tokens at uniform rando
 train stream (inputs and the targets shifted by one). The windowed evaluation cuts the first
 ``eval_tokens + 1`` tokens of a split into consecutive non-overlapping windows of ``length + 1``
 (the state restarts at each window) and reports the mean cross-entropy in bits per token; it is
-the validation metric at every evaluation and what model selection minimises. At the end, a
-recurrent model (``experiments.models.is_recurrent``) is also evaluated on the whole test split
-with its state carried from the first token to the last (``carried_bits``; the convention of the
-published Penn Treebank character results), the split read as ``carried_streams`` contiguous
-pieces side by side.
+the validation metric at every evaluation and what model selection minimises. At the end, with
+``carried_streams`` > 0 (the study presets set it; 0 by default), a recurrent model
+(``experiments.models.is_recurrent``) is also evaluated on the whole test split with its state
+carried from token to token (``carried_bits``; the convention of the published Penn Treebank
+character results), the split read as ``carried_streams`` contiguous pieces side by side, each
+carried from its first token to its last.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class LanguageModellingConfig:
     dataset: str | None = None
     length: int = 128
     eval_tokens: int = 50_000
-    carried_streams: int = 1
+    carried_streams: int = 0
 
     def __post_init__(self):
         if self.dataset not in DATASETS:
