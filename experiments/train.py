@@ -61,7 +61,7 @@ from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
 
 SCHEDULES = ("constant", "cosine")
-DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch the training-dynamics diagnostics read,
+DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
 DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
 
 

@@ -18,6 +18,16 @@ each run starts.
 
     python -m experiments.sweep charlm-v2-shakespeare      # then: python -m experiments.report DIR
     python -m experiments.sweep charlm-v2-ptb
+
+(``python -m experiments.train --preset charlm-v2-ptb/rnn-O-seed0`` trains one run at the
+placeholder rate ``TRAINING["lr"]``; give ``--lr`` the arm's rate from ``chosen_rates.json``.)
+
+Cost (measured on the shared 2-core machine under a load average of about 14, one thread, median
+of 8 steps of 32 × 128 after 2 warm-up steps), seconds per step: LSTM 0.24, GPT 0.34, O 1.12,
+O scalar 1.19, U 1.28, T 1.40, BO 1.36, GL 0.79, O Transformer 0.87. Each arm trains 3 × STEPS + 4 × TUNE_STEPS = 8,000 steps, so one
+dataset is about 75,000 worker-seconds with evaluations (10.5 h on two workers at that load; the
+first study's unloaded timings are about 2.8× faster: about 3.7 h per dataset, 7.5 h for both,
+8.5 h with an O-fix arm). Fitting both in 6 h needs the faster recurrence, or fewer steps.
 """
 
 from __future__ import annotations
