@@ -72,7 +72,8 @@ def dynamics(model, tokens):
     initial = cell.initial_state.expand(tokens.shape[0], 1, -1, -1)
     previous = torch.cat([initial, states[:, :-1]], dim=1)  # H_{t-1}
     drive = cell.input_map(model.embedding(tokens))  # d_t = W e_t + b: [B, T, dim]
-    state_term = cell.state_map(realvec(previous)) if cell.state_map is not None else torch.zeros_like(drive)
+    features = getattr(group, "features", realvec)  # what U reads of H: the group's own features once groups own them
+    state_term = cell.state_map(features(previous)) if cell.state_map is not None else torch.zeros_like(drive)
     coordinates = drive + state_term
     rotation = torch.linalg.matrix_norm(group.hat(cell.mixing(coordinates)), ord=2)  # [B, T]
     result = {"dyn_rotation_mean": rotation.mean().item(), "dyn_rotation_max": rotation.max().item(),
