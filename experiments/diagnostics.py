@@ -6,10 +6,11 @@ parameter group, before clipping, as ``grad_norm_<group>``, and over all paramet
 ``state_map`` (U), ``mixing``, ``readout`` and ``initial_state`` (H_0); any other model's groups
 are its top-level modules.
 
-Group-RNN dynamics (``dynamics``; an empty dict for any other model), on one batch of tokens,
-from the model's public pieces only (the embedding, the cell's ``input_map``, ``state_map`` and
-``mixing``, the group's ``hat``, the states the model returns). With d_t = W e_t + b, the state
-term s_t = U features(H_{t−1}), c_t = d_t + s_t and A_t = hat(mix(c_t)), means over batch and time:
+Group-RNN dynamics (``dynamics``; an empty dict for any other model), on one batch of tokens, from
+the model's public pieces only (the embedding, the cell's ``input_map``, ``state_map`` and
+``mixing``, the group's ``features`` and ``hat``, the states the model returns). With
+d_t = W e_t + b, the state term s_t = U features(H_{t−1}), c_t = d_t + s_t and
+A_t = hat(mix(c_t)), means over batch and time:
 
 * ``dyn_rotation_mean`` / ``dyn_rotation_max``: the spectral norm ‖A_t‖₂ (for a compact group the
   largest rotation angle of the step, in radians), mean and maximum;
@@ -72,8 +73,7 @@ def dynamics(model, tokens):
     initial = cell.initial_state.expand(tokens.shape[0], 1, -1, -1)
     previous = torch.cat([initial, states[:, :-1]], dim=1)  # H_{t-1}
     drive = cell.input_map(model.embedding(tokens))  # d_t = W e_t + b: [B, T, dim]
-    features = getattr(group, "features", realvec)  # what U reads of H: the group's own features once groups own them
-    state_term = cell.state_map(features(previous)) if cell.state_map is not None else torch.zeros_like(drive)
+    state_term = cell.state_map(group.features(previous)) if cell.state_map is not None else torch.zeros_like(drive)
     coordinates = drive + state_term
     rotation = torch.linalg.matrix_norm(group.hat(cell.mixing(coordinates)), ord=2)  # [B, T]
     result = {"dyn_rotation_mean": rotation.mean().item(), "dyn_rotation_max": rotation.max().item(),
