@@ -22,12 +22,15 @@ each run starts.
 (``python -m experiments.train --preset charlm-v2-ptb/rnn-O-seed0`` trains one run at the
 placeholder rate ``TRAINING["lr"]``; give ``--lr`` the arm's rate from ``chosen_rates.json``.)
 
-Cost (measured on the shared 2-core machine under a load average of about 14, one thread, median
-of 8 steps of 32 × 128 after 2 warm-up steps), seconds per step: LSTM 0.24, GPT 0.34, O 1.12,
-O scalar 1.19, U 1.28, T 1.40, BO 1.36, GL 0.79, O Transformer 0.87. Each arm trains 3 × STEPS + 4 × TUNE_STEPS = 8,000 steps, so one
-dataset is about 75,000 worker-seconds with evaluations (10.5 h on two workers at that load; the
-first study's unloaded timings are about 2.8× faster: about 3.7 h per dataset, 7.5 h for both,
-8.5 h with an O-fix arm). Fitting both in 6 h needs the faster recurrence, or fewer steps.
+Cost (measured at commit 6589381 on the shared 2-core machine under a load average of 6–9, one
+thread, median of 18 steps of 32 × 128 after 2 warm-up steps), seconds per step: LSTM 0.18, GPT
+0.22, O 0.82, O scalar 0.76, U 1.13, GL 0.56, O Transformer 0.68; T 16.8 and BO 17.2 (sized by
+their features, T has n = 203 and BO n = 280, and the recurrence still multiplies dense n × n
+states). Each arm trains 3 × STEPS + 4 × TUNE_STEPS = 8,000 steps: with evaluations (about
++10%), the seven other arms take about 38,000 worker-seconds per dataset (5.3 h on two workers
+at that load, about 11 h for both datasets, plus about 1.3 h per dataset for an O-fix arm), and
+T and BO alone about 42 h per dataset. Both datasets fit in 6 h only with the packed recurrence
+for T and BO and a faster recurrence for the others, or fewer steps.
 """
 
 from __future__ import annotations
