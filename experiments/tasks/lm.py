@@ -136,14 +136,13 @@ class LanguageModelling(Task):
             return {"valid_bits": self.bits(model, "valid")}
         if split != "test":
             raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
-        tested = "test" if "test" in self.data.streams else "valid"  # Tiny Shakespeare has no test split
-        bits = self.bits(model, tested)
-        result = {"test_split": tested, "test_bits_per_token": bits}
+        bits = self.bits(model, "test")
+        result = {"test_bits_per_token": bits}
         if self.data.word_level:
             result["test_perplexity"] = 2.0 ** bits
         if self.config.carried_streams and is_recurrent(model):
             result["test_carried_bits_per_token"] = carried_bits(
-                model, self.data.streams[tested], self.config.length, self.config.carried_streams)
+                model, self.data.streams["test"], self.config.length, self.config.carried_streams)
         return result
 
     def train_metrics(self, loss):
