@@ -264,7 +264,8 @@ class _TaylorExp(torch.autograd.Function):
         increments = [torch.baddbmm(torch.add(outer, inner, alpha=c).add_(shifted, alpha=d0), shifted,
                                     inner)]  # Y₀ = T(b) − I, Y_{j+1} = 2Y_j + Y_j² where j < s
         for j in range(most):
-            product = torch.baddbmm(increments[-1], increments[-1], increments[-1], beta=2.0)
+            # (baddbmm with beta ≠ 1 takes a slow path on the CPU, up to 10× at n = 24)
+            product = torch.bmm(increments[-1], increments[-1]).add_(increments[-1], alpha=2.0)
             increments.append(product if j < least else torch.where(squarings > j, product, increments[-1]))
         ctx.save_for_backward(b, b_square, cube_b, squarings, left, right if degree == 18 else None,
                               inner, shifted, *increments[:-1])
@@ -282,10 +283,10 @@ class _TaylorExp(torch.autograd.Function):
         right = left if right is None else right
         for j in reversed(range(len(increments))):  # Y' = 2Y + Y Y where j < s: ḡ_Y = 2ḡ + ḡ Yᴴ + Yᴴ ḡ
             yh = dagger(increments[j])
-            step = torch.baddbmm(torch.baddbmm(grad, grad, yh, beta=2.0), yh, grad)
+            step = torch.baddbmm(torch.bmm(grad, yh).add_(grad, alpha=2.0), yh, grad)
             grad = step if j < ctx.least else torch.where(squarings > j, step, grad)
         combination, _, (c, d0) = _coefficients(ctx.degree, grad.dtype, grad.device)
-        grad_shift = torch.baddbmm(grad, grad, dagger(inner), beta=d0)  # Y₀ = .. + d₀ M + M N
+        grad_shift = torch.bmm(grad, dagger(inner)).add_(grad, alpha=d0)  # Y₀ = .. + d₀ M + M N
         grad_inner = torch.baddbmm(grad_shift, dagger(shifted), grad).add_(grad, alpha=c)  # .. + c N, M = F₁ + N
         grad_terms = [torch.bmm(grad_inner, dagger(right)), torch.bmm(dagger(left), grad_inner),
                       grad_inner, grad, grad_shift]  # N = L R + D₁
