@@ -15,6 +15,25 @@ def test_alternate_times_every_contender_and_row_checks_the_target():
     assert row("x", 2.0, ">=", 1.5)["met"] and not row("x", 2.0, "<=", 1.5)["met"]
 
 
+def test_an_information_row_has_no_target_and_half_a_target_is_refused():
+    info = row("x", 2.0)
+    assert info["met"] is None and info["target"] is None and info["op"] is None
+    with pytest.raises(ValueError, match="both op and target"):
+        row("x", 2.0, ">=")
+
+
+def test_one_suite_per_thread_count(tmp_path):
+    import torch
+
+    threads = torch.get_num_threads()
+    assert main(["--quick", "--only", "exp", "--threads", "1", "2", "--out", str(tmp_path)]) == 0
+    assert torch.get_num_threads() == threads
+    for count in (1, 2):
+        record = json.loads((tmp_path / f"bench_quick_threads{count}.json").read_text())
+        assert record["machine"]["threads"] == count
+        assert record["rows"] and all(r["met"] is None and r["ratio"] > 0 for r in record["rows"])
+
+
 def test_a_cuda_run_without_a_gpu_stops_with_a_clear_error(tmp_path, capsys):
     import torch
 
@@ -28,11 +47,20 @@ def test_a_cuda_run_without_a_gpu_stops_with_a_clear_error(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_quick_suite_writes_every_row(tmp_path):
-    assert main(["--quick", "--out", str(tmp_path)]) == 0
-    record = json.loads((tmp_path / "bench_quick.json").read_text())
+    """Every row of issue 12's table at small shapes: the group RNN against its matched LSTM (O(24),
+    U(24), the demo's O(16), T and BO sized to a budget), the Transformer, the NS read's step and
+    memory, and the information rows (exponential, reference)."""
+    assert main(["--quick", "--threads", "1", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "bench_quick_threads1.json").read_text())
     assert {"cpus", "torch", "threads"} <= set(record["machine"])
-    assert len(record["rows"]) == 8
     assert all({"name", "ratio", "target", "met"} <= set(r) for r in record["rows"])
+    names = [r["name"] for r in record["rows"]]
+    for part in ("O(24)", "U(24)", "demo O(16)", "T sized to", "BO 2×2 blocks sized to", "Transformer",
+                 "NS read step", "NS read peak memory"):
+        assert sum(part in name for name in names) == 1, part
+    information = [r["name"] for r in record["rows"] if r["met"] is None]
+    assert len(information) == 3 and all("matrix_exp" in n or "reference" in n for n in information)
+    assert len(record["rows"]) == 11
 
 
 def test_quick_scaling_curves_write_json_and_png(tmp_path):

@@ -109,5 +109,5 @@ def test_o8_float32_drift_after_10000_steps_is_within_2e_5(recurrent, vocab_size
     scipy's exponential rounded to float32 — drifts 1.5e-5 to 4e-5 (seeds 0-4; see the module
     docstring of experiments.drift): that floor is not the exponential's."""
     (drift,) = drift_curve("O", 8, 10_000, seed=0, record_every=10_000, recurrent=recurrent,
-                           vocab_size=vocab_size)
+                           vocab_size=vocab_size, chunk=1000)
     assert drift <= 2e-5

@@ -1,8 +1,10 @@
-"""``python -m experiments.bench [--quick]``: every benchmark, ratios measured in one run.
+"""``python -m experiments.bench [--quick] [--threads 1 2]``: every benchmark, ratios measured in one run.
 
-Prints one line per benchmark (ratio, target, met) and saves them with the machine's description
-to ``experiments/results/bench/bench.json`` (``bench_quick.json`` with ``--quick``, small shapes
-for a smoke test). Never used as a timed test.
+Prints one line per benchmark (ratio, and target met or missed; ``info`` for the information rows,
+which have no target) and saves them with the machine's description to
+``experiments/results/bench/bench.json`` (``bench_quick.json`` with ``--quick``, small shapes for a
+smoke test). ``--threads 1 2`` runs the whole suite once per torch thread count, each into its own
+``bench_threadsN.json``. Never used as a timed test.
 """
 
 from __future__ import annotations
@@ -27,35 +29,47 @@ def main(argv=None):
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), default=sorted(BENCHMARKS))
     parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:k]; a CUDA run writes bench_cuda.json")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads for every contender (default: torch's; the file name gets _threadsN)")
+    parser.add_argument("--threads", type=int, nargs="+", default=None,
+                        help="torch threads for every contender, one suite per value (default: torch's; "
+                             "the file name gets _threadsN)")
     args = parser.parse_args(argv)
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error("--threads must be at least 1")
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and min(args.threads) < 1:
+        parser.error("--threads must be at least 1")
     try:
         device = torch.device(args.device)
     except RuntimeError as error:
         parser.error(f"--device: {error}")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
+    initial = torch.get_num_threads()
+    try:
+        for threads in args.threads or [None]:
+            if threads is not None:
+                torch.set_num_threads(threads)
+            run_suite(args, device, threads)
+    finally:
+        torch.set_num_threads(initial)
+    return 0
+
+
+def run_suite(args, device, threads):
+    """Every benchmark of ``args.only`` at the current thread count, into one JSON file."""
     rows, start = [], time.perf_counter()
     for name in args.only:
         for result in BENCHMARKS[name](quick=args.quick, device=device):
             rows.append(result)
-            print(f"{'met ' if result['met'] else 'MISS'} {result['ratio']:8.2f} (target {result['op']} "
-                  f"{result['target']:g})  {result['name']}", flush=True)
+            verdict = "info" if result["met"] is None else ("met " if result["met"] else "MISS")
+            target = "information" if result["target"] is None else f"target {result['op']} {result['target']:g}"
+            print(f"{verdict} {result['ratio']:8.2f} ({target})  {result['name']}", flush=True)
     record = {"quick": args.quick, "seconds": time.perf_counter() - start,
               "machine": machine_record(device),
               "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "bench_quick" if args.quick else "bench"
     stem += "_cuda" if device.type == "cuda" else ""
-    path = args.out / (stem + (f"_threads{args.threads}" if args.threads is not None else "") + ".json")
+    path = args.out / (stem + (f"_threads{threads}" if threads is not None else "") + ".json")
     path.write_text(json.dumps(record, indent=2))
     print(f"saved {path}")
-    return 0
 
 
 if __name__ == "__main__":

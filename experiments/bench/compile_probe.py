@@ -20,21 +20,25 @@ import torch
 
 from experiments.bench.timing import alternate, machine_record
 from manifold_impl.groups import get_group
-from manifold_impl.linalg import _T12, _THETA, _norms, expm
+from manifold_impl.linalg import _THETA, _coefficients, _norms, expm
 
 
 def _taylor12_fixed(a, squarings: int):
-    """exp(a) for ``a: [N, n, n]`` float32 with the same s for every matrix (no host sync)."""
-    table = torch.tensor(_T12, dtype=a.dtype)
+    """exp(a) for ``a: [N, n, n]`` float32 with the same s for every matrix (no host sync): the
+    scheme of ``manifold_impl.linalg._TaylorExp`` (its float32 table, Y = T − I and its squarings)."""
+    combination, identity, (c, d0) = _coefficients(12, a.dtype, a.device)
+    table = torch.cat([identity[:, None], combination], dim=1)
     b = a * 2.0 ** -squarings
     square = b @ b
-    powers = torch.stack([torch.eye(a.shape[-1], dtype=a.dtype).expand_as(b), b, square, square @ b])
+    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+    powers = torch.stack([eye.expand_as(b), b, square, square @ b])
     left, right, addend, outer, shift = torch.einsum("ij,j...->i...", table, powers).unbind()
     inner = left @ right + addend
-    result = outer + (shift + inner) @ inner
+    shifted = shift + inner
+    increment = outer + c * inner + d0 * shifted + shifted @ inner
     for _ in range(squarings):
-        result = result @ result
-    return result
+        increment = 2 * increment + increment @ increment
+    return eye + increment
 
 
 def run(sizes=(8, 16, 32), repeats=30):

@@ -43,10 +43,13 @@ def _synchronizer(device):
     return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
-def row(name, ratio, op, target, **details):
-    """One benchmark row: ``met`` is ``ratio op target`` with op '>=' or '<='."""
-    met = ratio >= target if op == ">=" else ratio <= target
-    return {"name": name, "ratio": ratio, "target": target, "op": op, "met": bool(met), **details}
+def row(name, ratio, op=None, target=None, **details):
+    """One benchmark row: ``met`` is ``ratio op target`` with op '>=' or '<='; without a target an
+    information row (``op``, ``target`` and ``met`` None)."""
+    if (op is None) != (target is None):
+        raise ValueError("give both op and target, or neither (an information row)")
+    met = None if op is None else bool(ratio >= target if op == ">=" else ratio <= target)
+    return {"name": name, "ratio": ratio, "target": target, "op": op, "met": met, **details}
 
 
 def training_step(model, optimizer, tokens):
