@@ -183,10 +183,11 @@ def _coefficients(degree, dtype, device):
     12: by 1e-8 to 3e-8 relative). For skew b what matters is |T(iφ)|² = 1 + Σ_m q_m φ^{2m} on the
     eigenvalues iφ of b: the rounded table has q₁ = 6e-8, q₂ = 2e-8, an orthogonality error of one
     sign in every factor, which a product of thousands of factors adds up linearly. Two entries
-    are moved by a few hundred units in their last place to the representable values that zero
-    q₁ and then q₂, each computed exactly (q_m is affine in each): F₁'s b² coefficient (it
-    enters q₁ through y₂ only, with weight ≈ d₀) and R's b³ coefficient (with L's, equal at degree
-    12; it enters no y_k below k = 4, so it leaves q₁ alone). The remaining q_m stay near 1e-9 (tested).
+    are moved by tens to a few hundred units in their last place, to the representable values
+    that zero q₁ and then q₂, each computed exactly (q_m is affine in each): F₁'s b² coefficient
+    (it enters q₁ through y₂ only, with weight ≈ d₀) and R's b³ coefficient (with L's, equal at
+    degree 12; it enters no y_k below k = 4, so it leaves q₁ alone). Float32: q₃ = 3e-9, the
+    rest smaller (tested: |T(iφ)|² − 1 ≤ 4e-9 for φ ≤ 1).
     """
     real = torch.empty((), dtype=dtype).real.dtype
     rounded = torch.tensor(_TABLE[degree], dtype=real).tolist()
@@ -199,7 +200,8 @@ def _coefficients(degree, dtype, device):
         before = _unit_modulus_defect(rows, scalars, degree, order)
         for row, column in places:
             rows[row][column] = value + 1.0
-        slope = (_unit_modulus_defect(rows, scalars, degree, order) - before) / (Fraction(value + 1.0) - Fraction(value))
+        step = Fraction(value + 1.0) - Fraction(value)  # 1 up to the rounding of value + 1
+        slope = (_unit_modulus_defect(rows, scalars, degree, order) - before) / step
         tuned = torch.tensor(float(Fraction(value) - before / slope), dtype=real).item()
         for row, column in places:
             rows[row][column] = tuned
