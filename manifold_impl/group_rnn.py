@@ -1,11 +1,20 @@
 """Group-state RNN language model in torch; mirror of ``reference/group_rnn.py`` (math there).
 
-Batched over sequences; runs on any device and dtype given at construction. Performance notes:
-the input drive W e_t + b is computed for all t in one matmul before the loop. Without the
-recurrent term the updates do not depend on the state: the exponentials of all steps are one
-batched call, and the running products H_0 U_1 ⋯ U_t come from an associative scan
-(``_prefix_products``: ⌈log₂ T⌉ batched products instead of a loop over T), unless
-``reproject_every`` asks for the step-by-step loop.
+Batched over sequences; runs on any device and dtype given at construction. The input drive
+d_t = W e_t + b is one matmul for all t; the loop over time then runs one of three ways
+(``config.recurrence``), each one function of (cell, drive, H_0, position), all computing the same
+states:
+
+- ``fused`` (default, ``_fused``): the whole loop is one autograd node (``_FusedRecurrence``) whose
+  forward builds no graph and whose backward is one reverse loop of written-out step VJPs, with U's
+  gradient as one product over all steps; ``keep_state_every=k`` rebuilds the states in reverse
+  instead of keeping them.
+- ``loop`` (``_loop``): autograd through every step; the plain path the others are tested against.
+- ``scan`` (``_scan``, input-driven only): the exponentials of all steps in one batched call and the
+  running products H_0 U_1 ⋯ U_t by an associative scan (⌈log₂ T⌉ batched products).
+
+Re-projection (``reproject_every``) is ``GroupRNNCell.reproject``, called after every step by the
+loop and by the fused forward, as in the reference cell.
 """
 
 from __future__ import annotations
@@ -17,10 +26,12 @@ import torch
 from torch import nn
 
 from manifold_impl.groups import get_group
+from manifold_impl.linalg import dagger
 from manifold_impl.manifolds import check_group_state_dict, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_cache, check_state, check_tokens
+from reference.config import rnn_layer_config
 
 
 RECURRENT_GAIN = 0.05  # mirror of reference.group_rnn.RECURRENT_GAIN
@@ -32,7 +43,7 @@ def drive_scale(group):
 
 
 class GroupRNNCell(nn.Module):
-    """H_t = H_{t-1} · exp(hat(mix(W e_t + U realvec(H_{t-1}) + b)))."""
+    """H_t = H_{t-1} · exp(hat(mix(W e_t + U features(H_{t-1}) + b)))."""
 
     def __init__(self, config, group, device=None, dtype=None):
         super().__init__()
@@ -56,58 +67,231 @@ class GroupRNNCell(nn.Module):
                             generator=generator)
         self.mixing.reset_parameters(generator)
 
+    def features(self, state):
+        """``[..., n, n] -> [..., m]``: what U reads of the state (the one place that says so)."""
+        return self.group.features(state)
+
+    def coordinates(self, state, drive):
+        """c_t = d_t + U features(H_{t-1}) (``drive`` d_t = W e_t + b: ``[B, dim]``) before mixing."""
+        if self.state_map is None:
+            return drive
+        return drive + self.state_map(self.features(state))
+
+    def step(self, state, drive):
+        """One update ``[B, n, n] -> [B, n, n]`` from the drive ``[B, dim]``."""
+        group = self.group
+        return group.mul(state, group.exp(group.hat(self.mixing(self.coordinates(state, drive)))))
+
+    def reproject(self, state, index):
+        """Mirror of the reference: nearest(H_t), straight-through, if k divides ``index``."""
+        every = self.config.reproject_every
+        if every is None or index % every:
+            return state
+        fixed = state.detach()
+        return state + (self.group.nearest(fixed) - fixed)
+
     def forward(self, embedded, state, position=0):
         """``embedded: [B, T, F]``, ``state: [B, n, n]`` -> states ``[B, T, n, n]`` (H_1..H_T)."""
-        group, every = self.group, self.config.reproject_every
-        drive = self.input_map(embedded)  # [B, T, dim], all steps at once
-        if self.state_map is None:
-            drive = group.exp(group.hat(self.mixing(drive)))  # [B, T, n, n]: every update in one call
-            if every is None:
-                return _prefix_products(group, torch.cat([state[:, None], drive], dim=1))[:, 1:]
-        # unbind, not drive[:, t]: the backward of T slices would zero-fill T full-size tensors
-        states, ledger = [], []
-        for t, step in enumerate(drive.unbind(dim=1)):
-            if self.state_map is None:
-                update = step
-            else:
-                recurrent = _StateMapStep.apply(group.features(state), self.state_map.weight, ledger, t == 0)
-                update = group.exp(group.hat(self.mixing(step + recurrent)))
-            state = group.mul(state, update)
-            if every is not None and (position + t + 1) % every == 0:
-                fixed = state.detach()
-                state = state + (group.nearest(fixed) - fixed)  # straight-through re-projection
-            states.append(state)
-        return torch.stack(states, dim=1)
+        recurrence = _RECURRENCES[self.config.recurrence]
+        return recurrence(self, self.input_map(embedded), state, position)
 
 
-class _StateMapStep(torch.autograd.Function):
-    """U realvec(H_{t-1}) of one step, whose U-gradient is formed once for all steps.
+def _loop(cell, drive, state, position):
+    """Autograd through every step. ``drive: [B, T, dim]`` -> states ``[B, T, n, n]``."""
+    states = []
+    for t, step in enumerate(drive.unbind(dim=1)):  # unbind: slicing T times would zero-fill T gradients
+        state = cell.reproject(cell.step(state, step), position + t + 1)
+        states.append(state)
+    return torch.stack(states, dim=1)
 
-    Per step, ḡ_U = ḡ_{c_t}ᵀ realvec(H_{t-1}) is a thin [dim g × B] · [B × m] product that mostly
-    writes memory; summed over T steps it is one [dim g × T·B] · [T·B × m] product instead. The
-    backward pass reaches the steps from the last to the first (step t's input depends on every
-    earlier step), so each step files (ḡ, input) in the shared ``ledger`` and returns no
-    U-gradient, and the first step, reached last, returns the whole sum.
+
+def _scan(cell, drive, state, position):
+    """Input-driven updates U_t = exp(hat(mix(d_t))) in one call, then H_0 U_1 ⋯ U_t by a scan."""
+    group = cell.group
+    updates = group.exp(group.hat(cell.mixing(drive)))  # [B, T, n, n]
+    return _prefix_products(group, torch.cat([state[:, None], updates], dim=1))[:, 1:]
+
+
+def _fused(cell, drive, state, position):
+    """``_FusedRecurrence`` with the cell's parameters as inputs. Without gradients to compute
+    (inference, ``torch.no_grad``) the same steps run as ``_loop``, which then records nothing."""
+    mixing = cell.mixing
+    inputs = (drive, state, None if cell.state_map is None else cell.state_map.weight,
+              getattr(mixing, "step_size", None), getattr(mixing, "left", None), getattr(mixing, "right", None))
+    if not (torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)):
+        return _loop(cell, drive, state, position)
+    return _FusedRecurrence.apply(cell, position, *inputs)
+
+
+_RECURRENCES = {"loop": _loop, "scan": _scan, "fused": _fused}
+
+
+class _FusedRecurrence(torch.autograd.Function):
+    """The loop over time as one autograd node.
+
+    Forward, without a graph: c_t = coordinates(H_{t-1}, d_t), A_t = hat(mix(c_t)), X_t = exp(A_t),
+    H_t = reproject(H_{t-1} X_t). Only the exponential records its intermediates (a one-node graph
+    per step, or one for all steps when the update does not depend on the state), since its
+    written-out backward (``linalg._TaylorExp`` or the group's own) needs them. Kept for the
+    backward: the states (the output itself), c_t (recurrent only) and those exponentials; with
+    ``keep_state_every = k`` instead only every k-th state (and the state before each
+    re-projection, the last one, and c_t), the rest rebuilt below.
+
+    Backward, one reverse loop, ḡ denoting torch's gradient (∂L/∂Re + i ∂L/∂Im):
+        ḡ_{H_t} += ∂L/∂H_t                  (re-projection is straight-through: the identity)
+        ḡ_{X_t} = H_{t-1}ᴴ ḡ_{H_t},  ḡ_{H_{t-1}} = ḡ_{H_t} X_tᴴ      (H_t = H_{t-1} X_t)
+        ḡ_{A_t} = the exponential's VJP at A_t applied to ḡ_{X_t}
+        ḡ_{m_t} = vee(Π ḡ_{A_t})             (hat is an isometry onto g, its adjoint vee ∘ Π)
+        ḡ_{c_t} = α ḡ_{m_t} + Q Pᵀ ḡ_{m_t}    (mix(c) = α c + P Qᵀ c)
+        ḡ_{H_{t-1}} += features*(Uᵀ ḡ_{c_t})  (recurrent only)
+    then in one product each over all steps: ḡ_U = Σ_t ḡ_{c_t} features(H_{t-1})ᵀ, ḡ_α = Σ_t ḡ_{m_t}·c_t,
+    ḡ_P = Σ_t ḡ_{m_t} (Qᵀ c_t)ᵀ, ḡ_Q = Σ_t c_t (Pᵀ ḡ_{m_t})ᵀ; ḡ_{d_t} = ḡ_{c_t}. Products go through
+    ``group.mul`` (the VJP of a product restricted to the group's support is the same restricted
+    product) and ``dagger``, not ``group.inv`` (on GL the adjoint is the transpose, not the
+    inverse). With ``keep_state_every``, H_{t-1} = H_t X_tᴴ (compact groups) unless H_{t-1} is kept;
+    U's gradient is then summed step by step.
     """
 
     @staticmethod
-    def forward(ctx, features, weight, ledger, first):
-        ctx.save_for_backward(features, weight)
-        ctx.ledger, ctx.first = ledger, first
-        return features @ weight.T
+    def forward(ctx, cell, position, drive, state, state_weight, step_size, left, right):
+        group, every, reproject = cell.group, cell.config.keep_state_every, cell.config.reproject_every
+        length, recurrent, keep_graphs = drive.shape[1], state_weight is not None, every is None
+        states = state.new_empty((state.shape[0], length) + state.shape[1:])
+        drive = drive.transpose(0, 1)  # time-major [T, B, dim], as every buffer below: [t] is contiguous
+        coordinates = torch.empty_like(drive, memory_format=torch.contiguous_format) if recurrent else drive
+        batched = keep_graphs and not recurrent  # every update at once (not when memory is to stay flat)
+        leaves, updates = _exponentials(group, group.hat(cell.mixing(drive)), True) if batched else ([], [])
+        kept, current = {0: state}, state  # keep_state_every: the states the backward does not rebuild
+        for t in range(length):
+            if recurrent:
+                coordinates[t] = cell.coordinates(current, drive[t])
+            if batched:
+                update = updates[t]
+            else:
+                leaf, update = _exponentials(group, group.hat(cell.mixing(coordinates[t])), keep_graphs)
+                if keep_graphs:
+                    leaves.append(leaf)
+                    updates.append(update)
+            index = position + t + 1
+            if not keep_graphs and reproject is not None and index % reproject == 0:
+                kept[t] = current  # H_{t+1} = nearest(H_t X_{t+1}): no exact reverse step to H_t
+            current = cell.reproject(group.mul(current, update), index)
+            states[:, t] = current
+            if not keep_graphs and (t + 1) % every == 0:
+                kept[t + 1] = current
+        kept[length] = current
+        ctx.cell, ctx.length, ctx.recurrent = cell, length, recurrent
+        ctx.kept = None if keep_graphs else sorted(kept)
+        if keep_graphs:
+            saved = (states, *((leaves, updates) if batched else (*leaves, *updates)))
+        else:
+            saved = (None, *(kept[k] for k in ctx.kept))
+        ctx.save_for_backward(coordinates, state, state_weight, step_size, left, right, *saved)
+        return states
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        features, weight = ctx.saved_tensors
-        grad_weight = None
-        if ctx.needs_input_grad[1]:
-            ctx.ledger.append((grad, features))
-            if ctx.first:
-                grads, inputs = zip(*ctx.ledger)
-                ctx.ledger.clear()
-                grad_weight = torch.cat(grads).T @ torch.cat(inputs)
-        return grad @ weight if ctx.needs_input_grad[0] else None, grad_weight, None, None
+    def backward(ctx, grad_states):
+        cell, length, recurrent = ctx.cell, ctx.length, ctx.recurrent
+        group = cell.group
+        coordinates, state, state_weight, step_size, left, right, states, *rest = ctx.saved_tensors
+        rebuild = ctx.kept is not None
+        if rebuild:
+            kept = dict(zip(ctx.kept, rest))
+        elif recurrent:
+            leaves, updates = rest[:length], rest[length:]
+        else:
+            leaves, updates = rest
+        lift = _features_adjoint(cell, state_weight, state) if recurrent else None
+        grad_mixed = coordinates.new_empty(coordinates.shape)  # ḡ_{m_t}, time-major
+        grad_coordinates = coordinates.new_empty(coordinates.shape) if recurrent else None  # ḡ_{c_t}
+        grad_updates = None if recurrent or rebuild else torch.empty_like(updates)
+        grad_weight = None if state_weight is None or not rebuild else torch.zeros_like(state_weight)
+        grad_state = torch.zeros_like(state)
+        current = kept[length] if rebuild else None
+        for t in reversed(range(length)):
+            grad_state = grad_state + grad_states[:, t]
+            if rebuild:  # X_t recomputed, with the graph its VJP needs; H_{t-1} kept or rebuilt
+                leaf, update = _exponentials(group, group.hat(cell.mixing(coordinates[t])), True)
+                previous = kept[t] if t in kept else group.mul(current, dagger(update))
+                current = previous
+            else:
+                leaf, update = (leaves[t] if recurrent else None), updates[t]
+                previous = state if t == 0 else states[:, t - 1]
+            grad_update = group.mul(dagger(previous), grad_state)
+            grad_state = group.mul(grad_state, dagger(update))
+            if grad_updates is not None:  # input-driven, kept graphs: one exponential VJP after the loop
+                grad_updates[t] = grad_update
+                continue
+            grad_mixed[t] = _algebra_vjp(group, update, leaf, grad_update)
+            if recurrent:
+                grad_coordinates[t] = _mixing_vjp(grad_mixed[t], step_size, left, right)
+                grad_state = grad_state + _combine(grad_coordinates[t], lift)
+                if grad_weight is not None:
+                    grad_weight += grad_coordinates[t].T @ cell.features(previous)
+        if grad_updates is not None:
+            grad_mixed = _algebra_vjp(group, updates, leaves, grad_updates)
+        if not recurrent:
+            grad_coordinates = _mixing_vjp(grad_mixed, step_size, left, right)
+        if state_weight is not None and grad_weight is None:  # one product over all steps
+            previous = cell.features(torch.cat([state[None], states.transpose(0, 1)[:-1]]))  # [T, B, m]
+            grad_weight = grad_coordinates.flatten(0, 1).T @ previous.flatten(0, 1)
+        grad_step, grad_left, grad_right = _mixing_parameter_vjp(coordinates, grad_mixed, step_size, left, right)
+        return (None, None, grad_coordinates.transpose(0, 1), grad_state, grad_weight, grad_step, grad_left,
+                grad_right)
+
+
+def _exponentials(group, algebra, keep_graph):
+    """``(A, exp(A))``; with ``keep_graph`` A is a leaf and exp(A) keeps the graph of its VJP."""
+    if not keep_graph:
+        return None, group.exp(algebra)
+    leaf = algebra.detach().requires_grad_()
+    with torch.enable_grad():
+        return leaf, group.exp(leaf)
+
+
+def _algebra_vjp(group, update, leaf, grad_update):
+    """ḡ_m = vee(Π ḡ_A) for ḡ_A the exponential's VJP (its own written-out backward) at ``leaf``."""
+    (grad_algebra,) = torch.autograd.grad(update, leaf, grad_update, retain_graph=True)
+    return group.vee(group.proj(grad_algebra))
+
+
+def _mixing_vjp(grad, step_size, left, right):
+    """ḡ_c of mix(c) = α c + P Qᵀ c: α ḡ + Q Pᵀ ḡ (``grad: [..., dim]``)."""
+    if step_size is None:
+        return grad
+    result = step_size * grad
+    return result if left is None else result + (grad @ left) @ right.T
+
+
+def _mixing_parameter_vjp(c, grad, step_size, left, right):
+    """(ḡ_α, ḡ_P, ḡ_Q) over all steps (``c, grad: [T, B, dim]``); None where the mode has none."""
+    if step_size is None:
+        return None, None, None
+    grad_step = (grad * c).sum()
+    if left is None:
+        return grad_step, None, None
+    c, grad = c.flatten(0, -2), grad.flatten(0, -2)
+    return grad_step, grad.T @ (c @ right), c.T @ (grad @ left)
+
+
+def _features_adjoint(cell, weight, like):
+    """``[dim, n, n]``: row k is features*(U_k), so Σ_k g_k features*(U_k) is ḡ_H of g · U features(H).
+
+    features is linear, so its VJP at any point (here 0) is its adjoint.
+    """
+    probe = like.new_zeros((weight.shape[0],) + tuple(like.shape[-2:])).requires_grad_()
+    with torch.enable_grad():
+        (lift,) = torch.autograd.grad(cell.features(probe), probe, weight)
+    return lift
+
+
+def _combine(weights, matrices):
+    """Σ_k weights[:, k] matrices[k]: real ``[B, dim]`` and ``[dim, n, n]`` (real or complex) -> ``[B, n, n]``."""
+    if not matrices.is_complex():
+        return (weights @ matrices.flatten(1)).unflatten(-1, matrices.shape[1:])
+    pairs = weights @ torch.view_as_real(matrices).flatten(1)
+    return torch.view_as_complex(pairs.unflatten(-1, matrices.shape[1:] + (2,)))
 
 
 def _prefix_products(group, factors):
@@ -183,3 +367,67 @@ class GroupRNN(nn.Module):
             state, position = cache.state, cache.position
         states = self.cell(self.embedding(tokens), state, position)
         return self.readout(states), GroupRNNCache(states[:, -1], position + tokens.shape[1], states)
+
+
+class GroupRNNLayer(nn.Module):
+    """A group RNN as a drop-in for ``torch.nn.LSTM`` (mirror of ``reference.group_rnn.GroupRNNLayer``).
+
+    H_t = H_{t-1} · exp(hat(mix(W x_t + U features(H_{t-1}) + b))) from a learnable H_0 ∈ G; the
+    output at every step is features(H_t) (``output_size`` numbers), the state the group element.
+
+    Args:
+        input_size: F, the length of each input x_t.
+        group, n, block: the state space (``reference.config.GROUP_NAMES``; ``block`` for BO).
+        recurrent, reproject_every, mixing, mixing_rank, recurrence, keep_state_every: as in
+            ``reference.config.GroupRNNConfig``.
+        batch_first: inputs and outputs ``[B, T, ·]`` instead of ``[T, B, ·]``, as in nn.LSTM.
+        device, dtype, generator: where, in which real precision, and from which seed.
+
+    ``forward(input, state=None)`` takes ``input: [T, B, F]`` (``[B, T, F]`` if batch_first, or
+    unbatched ``[T, F]``) and an optional initial state ``[B, n, n]`` (unbatched ``[n, n]``; default
+    H_0), and returns ``(output, state)``: ``output: [T, B, output_size]`` (``[B, T, ·]``,
+    unbatched ``[T, ·]``) and the final state H_T — where nn.LSTM returns ``(output, (h_n, c_n))``.
+    """
+
+    def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
+                 mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None, device=None,
+                 dtype=None, generator=None):
+        super().__init__()
+        self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
+                                       reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
+                                       recurrence=recurrence, keep_state_every=keep_state_every)
+        if not isinstance(batch_first, bool):
+            raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
+        self.batch_first = batch_first
+        self.group = get_group(group, n, block)
+        self.cell = GroupRNNCell(self.config, self.group, device=device, dtype=dtype)
+        self.cell.reset_parameters(generator)
+
+    @property
+    def input_size(self):
+        return self.config.embedding_dim
+
+    @property
+    def output_size(self):
+        """m: the length of each output (features(H_t))."""
+        return self.config.state_features
+
+    def forward(self, input, state=None):
+        dtype = self.cell.input_map.weight.dtype
+        if not isinstance(input, torch.Tensor) or input.dtype != dtype:
+            raise TypeError(f"input must be a {dtype} tensor, got {getattr(input, 'dtype', type(input).__name__)}")
+        if input.dim() not in (2, 3) or input.shape[-1] != self.input_size or 0 in input.shape:
+            raise ValueError(f"input must have shape [T, B, {self.input_size}] ([B, T, ·] if batch_first) or "
+                             f"[T, {self.input_size}] with T, B ≥ 1, got {tuple(input.shape)}")
+        batched = input.dim() == 3
+        sequences = input if not batched else (input if self.batch_first else input.transpose(0, 1))
+        sequences = sequences if batched else sequences[None]  # [B, T, F]
+        if state is None:
+            state = self.cell.initial_state.expand(sequences.shape[0], -1, -1)
+        else:
+            state = check_state(self.group, state if batched else state[None], sequences.shape[0])
+        states = self.cell(sequences, state)  # [B, T, n, n]
+        output = self.cell.features(states)
+        if not batched:
+            return output[0], states[0, -1]
+        return (output if self.batch_first else output.transpose(0, 1)), states[:, -1]

@@ -105,10 +105,7 @@ CLASSES_MIRRORED_ELSEWHERE = {
 REFERENCE_ONLY_METHODS = {"param_spec", "init_params", "check_params"}  # the parameter dict's spec
 TORCH_ONLY_METHODS = {"reset_parameters", "load_state_dict"}  # nn.Module's own parameters
 TORCH_ONLY_CONSTRUCTOR_ARGUMENTS = {"device", "dtype", "generator", "chunk_size", "checkpoint"}
-KNOWN_CLASS_DIFFERENCES = {
-    ("group_rnn", "GroupRNNCell"): "the reference's cell steps one token (step), torch's runs the sequence "
-                                   "(forward); the recurrence rewrite (issue 16 item 5) puts both behind one call",
-}
+KNOWN_CLASS_DIFFERENCES = {}  # {(module, class): why the twins differ} -> a strict xfail; none today
 
 
 def defined_classes(module):

@@ -136,28 +136,3 @@ def test_prefix_products_scan_equals_the_running_product(length):
         running = factors[:, 0] if t == 0 else running @ factors[:, t]
         expected.append(running)
     torch.testing.assert_close(_prefix_products(group, factors), torch.stack(expected, dim=1), rtol=0, atol=1e-13)
-
-
-@pytest.mark.parametrize("prefix", [None, 3], ids=["all-states", "first-3-states"])
-def test_deferred_state_map_gradient_equals_per_step_autograd(monkeypatch, prefix):
-    """_StateMapStep forms U's gradient once for all steps; plain per-step autograd must agree,
-    also when the loss reads only the first states and when backward runs twice."""
-    import manifold_impl.group_rnn as torch_rnn
-
-    config = GroupRNNConfig(vocab_size=7, group="U", n=3, embedding_dim=4)
-    tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 7, size=(2, 6)))
-
-    def gradients():
-        model = TorchGroupRNN(config, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-        logits, _ = model(tokens)
-        loss = logits[:, :prefix].square().sum()
-        first = torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
-        second = torch.autograd.grad(loss, list(model.parameters()))
-        return first, second
-
-    deferred_first, deferred_second = gradients()
-    monkeypatch.setattr(torch_rnn._StateMapStep, "apply", staticmethod(lambda x, w, ledger, first: x @ w.T))
-    plain, _ = gradients()
-    for got, again, expected in zip(deferred_first, deferred_second, plain):
-        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-13)
-        torch.testing.assert_close(again, expected, rtol=1e-12, atol=1e-13)

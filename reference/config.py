@@ -20,6 +20,7 @@ from reference.groups import GROUPS, get_group
 GROUP_NAMES = tuple(GROUPS)
 READOUTS = ("linear", "prototype")
 MIXINGS = ("none", "scalar", "lowrank")
+RECURRENCES = ("loop", "scan", "fused")  # how the torch group RNN runs its loop over time
 
 
 @functools.lru_cache(maxsize=256)
@@ -68,6 +69,21 @@ def _validate_mixing_fields(config):
         raise ValueError(f"mixing_rank only applies to mixing='lowrank', not {config.mixing!r}")
 
 
+def _validate_recurrence_fields(config):
+    """recurrence and keep_state_every of a group RNN config."""
+    _require_choice("recurrence", config.recurrence, RECURRENCES)
+    if config.recurrence == "scan" and (config.recurrent or config.reproject_every is not None):
+        raise ValueError("recurrence='scan' needs recurrent=False and reproject_every=None: the scan multiplies "
+                         "updates that do not depend on the state, and never sees the states in between")
+    if config.keep_state_every is not None:
+        _require_int("keep_state_every", config.keep_state_every, 1)
+        if config.recurrence != "fused":
+            raise ValueError(f"keep_state_every only applies to recurrence='fused', not {config.recurrence!r}")
+        if not config.state_group.is_compact:
+            raise ValueError(f"keep_state_every needs a compact group, not {config.group!r}: there, rebuilding "
+                             "H_{t-1} = H_t exp(A_t)^-1 in reverse is not an isometry and its rounding error is unbounded")
+
+
 class _GroupState:
     """Properties shared by the configs of the group-state models (fields group, n, block), all
     read from the group."""
@@ -107,6 +123,14 @@ class GroupRNNConfig(_GroupState):
         reproject_every: apply ``nearest`` to the state every k steps (None: never).
         mixing: tangent-space mixing of A_t (SPEC §4): ``none``, ``scalar`` or ``lowrank``.
         mixing_rank: rank r of ``lowrank`` mixing (required there, None otherwise).
+        recurrence: how the torch model runs the loop over time (the reference has one plain
+            loop; all three compute the same function): ``fused`` (default; one autograd node
+            for the whole sequence with a written-out backward), ``loop`` (autograd through
+            every step) or ``scan`` (associative scan of the updates; only without the
+            recurrent term and without re-projection).
+        keep_state_every: ``fused`` only, compact groups only: instead of keeping every state
+            for the backward pass, keep every k-th and rebuild the others in reverse from
+            H_{t-1} = H_t · exp(A_t)ᴴ (None: keep every state).
     """
 
     vocab_size: int
@@ -119,6 +143,8 @@ class GroupRNNConfig(_GroupState):
     reproject_every: int | None = None
     mixing: str = "none"
     mixing_rank: int | None = None
+    recurrence: str = "fused"
+    keep_state_every: int | None = None
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
@@ -130,6 +156,16 @@ class GroupRNNConfig(_GroupState):
         if self.reproject_every is not None:
             _require_int("reproject_every", self.reproject_every, 1)
         _validate_mixing_fields(self)
+        _validate_recurrence_fields(self)
+
+
+def rnn_layer_config(input_size, group, n, **cell_options):
+    """The ``GroupRNNConfig`` of a ``GroupRNNLayer``: the cell's fields, validated as the model's.
+
+    ``input_size`` takes the place of ``embedding_dim``; a layer has no vocabulary, and
+    ``vocab_size=1`` is a placeholder that no part of the cell reads.
+    """
+    return GroupRNNConfig(vocab_size=1, group=group, n=n, embedding_dim=input_size, **cell_options)
 
 
 # --- mLSTM (SPEC §5) ---------------------------------------------------------------------------

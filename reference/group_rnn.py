@@ -13,6 +13,13 @@ the coordinates of g gives the same function class without the parameters Π wou
 ``recurrent=False`` drops the U term (the update is then input-driven). ``reproject_every=k``
 replaces H_t by nearest(H_t) when the global step index t is a multiple of k; the correction is
 of the order of rounding error, and its gradient is taken as the identity (straight-through).
+Both live in the cell (``GroupRNNCell.__call__`` runs the loop, ``reproject`` the correction), as
+in the torch tree. ``config.recurrence`` / ``keep_state_every`` choose how torch runs the loop;
+the reference has this one loop.
+
+``GroupRNNLayer`` is the cell alone as a sequence layer: inputs x_t ∈ ℝ^F in place of the
+embeddings, outputs features(H_t) and the final state (the torch ``GroupRNNLayer``, a drop-in for
+``torch.nn.LSTM``).
 
 ``features(H)`` (SPEC §2, ``group.features``) stacks the real and, on the complex groups, imaginary
 parts of the entries of H the group allows to be non-zero: all n² on the dense groups, the n
@@ -37,6 +44,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
 
+from reference.config import rnn_layer_config
 from reference.groups import get_group
 from reference.mixing import TangentMixing
 from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
@@ -53,7 +61,7 @@ def drive_scale(group):
 
 
 class GroupRNNCell:
-    """H_t = H_{t-1} · exp(hat(mix(W e_t + U realvec(H_{t-1}) + b)))."""
+    """H_t = H_{t-1} · exp(hat(mix(W e_t + U features(H_{t-1}) + b)))."""
 
     def __init__(self, config, group):
         self.config, self.group = config, group
@@ -81,13 +89,38 @@ class GroupRNNCell:
             spec["state_map.weight"] = ParamSpec((dim, self.group.num_features), std=RECURRENT_GAIN * full, scale=full)
         return spec | prefixed("mixing.", self.mixing.param_spec())
 
-    def step(self, params, state, embedded):
-        """One update. ``state: [B, n, n]``, ``embedded: [B, F]`` -> next state ``[B, n, n]``."""
-        c = embedded @ params["input_map.weight"].T + params["input_map.bias"]  # [B, dim]
-        if self.config.recurrent:
-            c = c + self.group.features(state) @ params["state_map.weight"].T
-        c = self.mixing(sub_params(params, "mixing."), c)
+    def features(self, state):
+        """``[..., n, n] -> [..., m]``: what U reads of the state (the one place that says so)."""
+        return self.group.features(state)
+
+    def coordinates(self, params, state, drive):
+        """c_t = d_t + U features(H_{t-1}) ``[B, dim]`` (before mixing), from the drive d_t = W e_t + b."""
+        if not self.config.recurrent:
+            return drive
+        return drive + self.features(state) @ params["state_map.weight"].T
+
+    def step(self, params, state, drive):
+        """One update. ``state: [B, n, n]``, ``drive: [B, dim]`` (d_t) -> next state ``[B, n, n]``."""
+        c = self.mixing(sub_params(params, "mixing."), self.coordinates(params, state, drive))
         return self.group.mul(state, self.group.exp(self.group.hat(c)))
+
+    def reproject(self, state, index):
+        """nearest(H_t) with an identity gradient (straight-through) if k divides the step index
+        ``index`` (``reproject_every = k``); H_t otherwise."""
+        every = self.config.reproject_every
+        if every is None or index % every:
+            return state
+        return state + (self.group.nearest(getval(state)) - getval(state))
+
+    def __call__(self, params, embedded, state, position=0):
+        """``embedded: [B, T, F]``, ``state: [B, n, n]`` (H_0) -> states ``[B, T, n, n]`` (H_1..H_T);
+        ``position``: global index of the first step (for ``reproject``)."""
+        drive = embedded @ params["input_map.weight"].T + params["input_map.bias"]  # d_t, [B, T, dim]
+        states = []
+        for t in range(embedded.shape[1]):
+            state = self.reproject(self.step(params, state, drive[:, t]), position + t + 1)
+            states.append(state)
+        return anp.stack(states, axis=1)
 
 
 class GroupRNNCache(NamedTuple):
@@ -144,7 +177,7 @@ class GroupRNN:
             logits [B, T, V] and ``GroupRNNCache(H_{p+T}, p + T, states H_{p+1}..H_{p+T} [B, T, n, n])``.
         """
         tokens = check_tokens(tokens, self.config.vocab_size)
-        batch, length = tokens.shape
+        batch = tokens.shape[0]
         if cache is None:
             state, position = anp.repeat(params["cell.initial_state"][None], batch, axis=0), 0  # [B, n, n]
         else:
@@ -152,14 +185,56 @@ class GroupRNN:
             check_state(self.group, getval(cache.state), batch)
             state, position = cache.state, cache.position
         embedded = params["embedding.weight"][tokens]  # [B, T, F]
-        cell_params = sub_params(params, "cell.")
-        every = self.config.reproject_every
-        states = []
-        for t in range(length):
-            state = self.cell.step(cell_params, state, embedded[:, t])
-            if every is not None and (position + t + 1) % every == 0:
-                state = state + (self.group.nearest(getval(state)) - getval(state))  # straight-through
-            states.append(state)
-        states = anp.stack(states, axis=1)  # [B, T, n, n]
+        states = self.cell(sub_params(params, "cell."), embedded, state, position)  # [B, T, n, n]
         cache = GroupRNNCache(states[:, -1], position + tokens.shape[1], states)
         return self.readout(sub_params(params, "readout."), states), cache
+
+
+class GroupRNNLayer:
+    """The group RNN cell as a sequence layer (mirror of the torch ``GroupRNNLayer``).
+
+    For inputs x_1..x_T ∈ ℝ^F (``input_size`` F): H_t = H_{t-1} · exp(hat(mix(W x_t + U features(H_{t-1})
+    + b))) as in ``GroupRNNCell``; the outputs are y_t = features(H_t) ∈ ℝ^m (m = ``output_size``),
+    and the final state H_T.
+
+    Parameters: the cell's, under ``cell.`` (see the module docstring).
+    """
+
+    def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
+                 mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None):
+        self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
+                                       reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
+                                       recurrence=recurrence, keep_state_every=keep_state_every)
+        self.batch_first = batch_first
+        self.group = get_group(group, n, block)
+        self.cell = GroupRNNCell(self.config, self.group)
+
+    @property
+    def input_size(self):
+        return self.config.embedding_dim
+
+    @property
+    def output_size(self):
+        """m: the length of each output y_t."""
+        return self.config.state_features
+
+    def param_spec(self):
+        return prefixed("cell.", self.cell.param_spec())
+
+    def init_params(self, generator):
+        return init_params(self.param_spec(), generator)
+
+    def forward(self, params, input, state=None):
+        """``input: [T, B, F]`` (``[B, T, F]`` if batch_first), ``state: [B, n, n]`` (default H_0)
+        -> (outputs ``[T, B, m]`` (``[B, T, m]``), final state ``[B, n, n]``). ``recurrence`` and
+        ``keep_state_every`` choose how torch runs the loop; here there is one."""
+        if np.ndim(input) != 3 or np.shape(input)[-1] != self.input_size or 0 in np.shape(input):
+            raise ValueError(f"input must have shape [T, B, {self.input_size}] with T, B ≥ 1, got {np.shape(input)}")
+        inputs = input if self.batch_first else anp.swapaxes(input, 0, 1)  # [B, T, F]
+        if state is None:
+            state = anp.repeat(params["cell.initial_state"][None], inputs.shape[0], axis=0)
+        else:
+            check_state(self.group, getval(state), inputs.shape[0])
+        states = self.cell(sub_params(params, "cell."), inputs, state)  # [B, T, n, n]
+        outputs = self.cell.features(states)
+        return (outputs if self.batch_first else anp.swapaxes(outputs, 0, 1)), states[:, -1]

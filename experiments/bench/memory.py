@@ -1,0 +1,116 @@
+"""Memory of the group recurrence at growing lengths: keeping every state for the backward pass
+(``loop``, ``fused``) against rebuilding them in reverse (``fused`` with ``keep_state_every``), and
+the float32 gradient error of the rebuilding mode.
+
+    python -m experiments.bench.memory [--quick]
+
+Each (recurrence, length) runs one forward and backward pass of the cell (O(16), batch 8, the
+loss Σ_t ‖H_t‖²) in a fresh process, on the CPU, one thread, and reports from Linux's
+/proc/self/status, relative to the resident size just before the forward pass (model, inputs and
+a short warm-up already there): ``held``, what the forward pass leaves for the backward beyond its
+output (the states), and ``peak``, the high-water mark of the whole pass (which includes the
+output, its gradient and the input's gradient, all O(T) whatever the mode). The gradient error is
+max |g₃₂ − g₆₄| / max |g₆₄| over all parameters, float64 keeping every state as the truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+
+import torch
+
+from manifold_impl.group_rnn import GroupRNN
+from reference.config import GroupRNNConfig
+
+CONFIG = GroupRNNConfig(vocab_size=16, group="O", n=16, embedding_dim=32)
+BATCH, KEEP_STATE_EVERY = 8, 64
+MODES = {"loop": {"recurrence": "loop"}, "fused": {},
+         f"fused, keep_state_every={KEEP_STATE_EVERY}": {"keep_state_every": KEEP_STATE_EVERY}}
+
+
+def _resident():
+    """(current, peak) resident bytes of this process."""
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return tuple(int(fields[key].split()[0]) * 1024 for key in ("VmRSS", "VmHWM"))
+
+
+def measure(config, length, seed=0):
+    """``{held, peak}`` bytes of one forward and backward pass of ``config``'s cell (this process)."""
+    torch.set_num_threads(1)
+    model = GroupRNN(config, generator=torch.Generator().manual_seed(seed))
+    embedded = torch.randn(BATCH, length, config.embedding_dim, generator=torch.Generator().manual_seed(seed),
+                           requires_grad=True)
+    initial = model.cell.initial_state.expand(BATCH, -1, -1)
+    model.cell(embedded[:, :8], initial).square().sum().backward()  # warm-up: kernels, allocator
+    before, _ = _resident()
+    states = model.cell(embedded, initial)
+    after_forward, _ = _resident()
+    states.square().sum().backward()
+    _, peak = _resident()
+    return {"held": after_forward - before - states.numel() * states.element_size(), "peak": peak - before}
+
+
+def gradient_error(config, length, seed=0):
+    """max |g₃₂ − g₆₄| / max |g₆₄| over the parameters, for ``config`` run in float32, against
+    float64 keeping every state; one batch of random tokens, the loss Σ logits²/V."""
+    tokens = torch.randint(0, config.vocab_size, (BATCH, length), generator=torch.Generator().manual_seed(seed))
+    truth_model = GroupRNN(dataclasses.replace(config, keep_state_every=None), dtype=torch.float64,
+                           generator=torch.Generator().manual_seed(seed))
+
+    def grads(model):
+        logits, _ = model(tokens)
+        return torch.autograd.grad(logits.square().mean(), list(model.parameters()))
+
+    model = GroupRNN(config, dtype=torch.float32)
+    model.load_state_dict(truth_model.state_dict())
+    truth, got = grads(truth_model), grads(model)
+    scale = max(g.abs().max().item() for g in truth)
+    return max((a.double() - b).abs().max().item() for a, b in zip(got, truth)) / scale
+
+
+def _child(mode, length, recurrent):
+    config = dataclasses.replace(CONFIG, recurrent=recurrent, **MODES[mode])
+    print(json.dumps(measure(config, length)))
+
+
+def run(quick=False):
+    lengths = (64, 256) if quick else (256, 1024, 4096)
+    rows = []
+    for recurrent in (True, False):
+        for mode in MODES:
+            if mode == "loop" and not recurrent:
+                continue
+            for length in lengths:
+                out = subprocess.run([sys.executable, "-m", "experiments.bench.memory", "--child", mode, str(length),
+                                      str(recurrent)], capture_output=True, text=True, check=True).stdout
+                rows.append({"recurrent": recurrent, "mode": mode, "length": length, **json.loads(out)})
+                print(f"{'recurrent' if recurrent else 'input-driven':12} {mode:30} T={length:5}  "
+                      f"held {rows[-1]['held'] / 2**20:8.1f} MiB  peak {rows[-1]['peak'] / 2**20:8.1f} MiB",
+                      flush=True)
+    for length in lengths[-2:]:
+        for name, options in (("fused", {}), (f"fused, keep_state_every={KEEP_STATE_EVERY}", MODES[
+                f"fused, keep_state_every={KEEP_STATE_EVERY}"])):
+            error = gradient_error(dataclasses.replace(CONFIG, **options), length)
+            rows.append({"mode": name, "length": length, "float32_gradient_error": error})
+            print(f"float32 gradient error vs float64, {name:30} T={length:5}  {error:.2e}", flush=True)
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short lengths (a smoke test)")
+    parser.add_argument("--child", nargs=3, metavar=("MODE", "LENGTH", "RECURRENT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        mode, length, recurrent = args.child
+        _child(mode, int(length), recurrent == "True")
+    else:
+        run(args.quick)
+
+
+if __name__ == "__main__":
+    main()
