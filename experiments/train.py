@@ -57,10 +57,13 @@ from experiments.params_budget import count_parameters
 from experiments.provenance import write_provenance
 from experiments.sweeps import load_runs
 from experiments.tasks import task_class
+from manifold_impl.group_rnn import GroupRNNCell
 from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
+from reference.config import map_lr_scales
 
 SCHEDULES = ("constant", "cosine")
+MAP_LRS = ("n_aware", "plain")
 DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
 DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
 
@@ -70,7 +73,9 @@ class TrainConfig:
     """How to train (model- and task-independent). Validated in ``__post_init__``.
 
     ``device``: a torch device, or ``auto`` (CUDA when the machine has it), resolved when the run
-    starts. ``clip``: the largest gradient norm, or None for no clipping.
+    starts. ``clip``: the largest gradient norm, or None for no clipping. ``map_lr``: the learning
+    rate of a group RNN's input and state maps: ``n_aware`` (default) scales it by
+    ``reference.config.map_lr_scales`` (1 at O(16) and below), ``plain`` is the paper's single rate.
     """
 
     model: str
@@ -87,6 +92,7 @@ class TrainConfig:
     seed: int = 0
     dtype: str = "float32"
     device: str = "cpu"
+    map_lr: str = "n_aware"
 
     def __post_init__(self):
         if self.model not in MODEL_CONFIGS:
@@ -106,6 +112,8 @@ class TrainConfig:
             raise ValueError(f"unknown schedule {self.schedule!r}; choose one of {list(SCHEDULES)}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype must be float32 or float64, got {self.dtype!r}")
+        if self.map_lr not in MAP_LRS:
+            raise ValueError(f"unknown map_lr {self.map_lr!r}; choose one of {list(MAP_LRS)}")
 
 
 @dataclass(frozen=True)
@@ -122,7 +130,7 @@ class RunConfig:
 
     @classmethod
     def from_json(cls, record):
-        train = TrainConfig(**record["train"])
+        train = TrainConfig(**{"map_lr": "plain", **record["train"]})  # runs recorded before map_lr were plain
         task, model = task_class(train.task).Config(**record["task"]), MODEL_CONFIGS[train.model](**record["model"])
         return cls(train, task, model)
 
@@ -204,13 +212,38 @@ def resolve_device(device):
     return device
 
 
+def map_lr_groups(model, map_lr):
+    """``[(scale, [W or U])]``: the maps of every group RNN cell in ``model`` whose learning rate
+    ``map_lr`` scales by a factor other than 1 (``reference.config.map_lr_scales``), one entry per
+    such map; empty for ``plain``, for models without a cell and for cells at O(16) or below."""
+    if map_lr == "plain":
+        return []
+    groups = []
+    for cell in model.modules():
+        if isinstance(cell, GroupRNNCell):
+            maps = (cell.input_map.weight, None if cell.state_map is None else cell.state_map.weight)
+            groups += [(scale, [weight]) for scale, weight in zip(map_lr_scales(cell.config), maps)
+                       if weight is not None and scale != 1.0]
+    return groups
+
+
 class Optimizers:
-    """AdamW on Euclidean parameters and RiemannianAdam on group-valued ones, stepped together."""
+    """AdamW on Euclidean parameters and RiemannianAdam on group-valued ones, stepped together.
+
+    With ``train.map_lr == "n_aware"`` each group RNN map whose rate is scaled (``map_lr_groups``)
+    is an AdamW parameter group of its own at ``scale · lr``; the schedule multiplies every group's
+    rate. Without such a map the optimizers are the plain ones (one AdamW group).
+    """
 
     def __init__(self, model, train):
         group_valued = [p for p in model.parameters() if isinstance(p, geoopt.ManifoldParameter)]
-        euclidean = [p for p in model.parameters() if not isinstance(p, geoopt.ManifoldParameter)]
-        self.optimizers = [torch.optim.AdamW(euclidean, lr=train.lr, weight_decay=train.weight_decay)]
+        scaled = map_lr_groups(model, train.map_lr)
+        separate = {id(p) for _, params in scaled for p in params}
+        euclidean = [p for p in model.parameters()
+                     if not isinstance(p, geoopt.ManifoldParameter) and id(p) not in separate]
+        param_groups = [{"params": euclidean}] + [{"params": params, "lr": scale * train.lr}
+                                                  for scale, params in scaled]
+        self.optimizers = [torch.optim.AdamW(param_groups, lr=train.lr, weight_decay=train.weight_decay)]
         if group_valued:
             self.optimizers.append(RiemannianAdam(group_valued, lr=train.lr))
         self.schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda step: learning_rate_factor(train, step))

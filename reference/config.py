@@ -324,3 +324,42 @@ class GroupTransformerConfig(_GroupState):
     def num_sublayers(self):
         """S: sublayers in the whole stack (2 per layer with the feed-forward sublayer, else 1)."""
         return self.num_layers * (2 if self.feedforward else 1)
+
+
+# --- learning rates of the group RNN's maps (issue 13 item 2) -----------------------------------
+
+MAP_LR_REFERENCE = ("O", 16)  # the group of the reference shape, at which the plain update learns
+
+
+def map_lr_scales(config):
+    """Multipliers ``(s_W, s_U)`` of the learning rate of the group RNN's input map W (``[dim g, F]``)
+    and state map U (``[dim g, num_features]``) under the ``n_aware`` rule.
+
+    Adam moves every entry of a map by about lr, whatever the entry's scale. While H ≈ I, the
+    features of H hold n ones (those of the diagonal, n = ‖features(I)‖₁) and the n matching
+    columns of U take the same step, so one step changes the drive W e + U features(H) by
+    ∝ lr·√dim g through W and ∝ lr·n·√dim g through U. The rule holds both changes at those of the
+    reference shape O(n₀), n₀ = 16 (``MAP_LR_REFERENCE``), where the plain update learns:
+
+        s_W = min(1, √(dim g₀ / dim g))          s_U = min(1, n₀·√dim g₀ / (n·√dim g))
+
+    with dim g₀ = 120. O(30): s_W = √(120/435) ≈ 0.525, s_U ≈ 0.280; O(16) and every smaller
+    shape: 1, 1. The cap at 1 keeps the rule a brake only: below the reference the uncapped rule
+    would raise the maps' rates (O(8): × 2.07 and × 4.14), which nothing measured supports, and
+    runs the plain update already trains stay as they are. dim g and n are read from the group.
+
+    Args:
+        config: a ``GroupRNNConfig``.
+
+    Returns:
+        ``(s_W, s_U)``, floats in (0, 1].
+
+    Raises:
+        TypeError: ``config`` is not a ``GroupRNNConfig``.
+    """
+    if not isinstance(config, GroupRNNConfig):
+        raise TypeError(f"map_lr_scales needs a GroupRNNConfig, got {type(config).__name__}")
+    reference, group = _group(*MAP_LR_REFERENCE, None), config.state_group
+    input_scale = math.sqrt(reference.dim / group.dim)
+    state_scale = reference.n * math.sqrt(reference.dim) / (group.n * math.sqrt(group.dim))
+    return min(1.0, input_scale), min(1.0, state_scale)

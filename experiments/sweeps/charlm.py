@@ -26,7 +26,8 @@ SEEDS = (0, 1, 2)
 STEPS = 400
 LR = 1e-3
 TRAINING = {"steps": STEPS, "batch": 32, "length": 128, "lr": LR, "schedule": "cosine", "warmup": 20,
-            "eval_every": 100, "eval_tokens": 20_000, "checkpoint_every": 100}
+            "eval_every": 100, "eval_tokens": 20_000, "checkpoint_every": 100,
+            "map_lr": "plain"}  # the committed runs (before issue 13's n-aware rates) used one rate
 GROUPS = ("O", "SO", "U", "SU", "T", "BO", "GL")
 
 

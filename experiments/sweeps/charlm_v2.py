@@ -3,9 +3,12 @@ equal tokens with 3 seeds, tested at its best-validation step.
 
 Arms (``ARMS``, each sized to ``BUDGET`` real parameters within ±2% by
 ``experiments.params_budget.size_to_budget``): an LSTM and a GPT; the group RNN with O (the
-paper's plain update), O with scalar mixing, U, T, BO and GL; the O(n) group Transformer; and
-``rnn-O-fix``, the O RNN with the fix of issue 13 item 2, once ``O_FIX`` names its config
-options. A further arm (another shape of the O RNN, say) is one more entry in ``templates``.
+paper's plain update, ``map_lr="plain"``), O with scalar mixing, U, T, BO and GL; the O(n) group
+Transformer; and ``rnn-O-fix``, the O RNN with the fix of issue 13 item 2 (``O_FIX``: the n-aware
+learning rates of its maps, ``map_lr="n_aware"``, see ``reference.config.map_lr_scales``). Every
+arm but ``rnn-O`` trains with the default ``n_aware``, so the mixing ablation reads
+``rnn-O-mix-scalar`` against ``rnn-O-fix``. A further arm (another shape of the O RNN, say) is one
+more entry in ``templates``.
 
 Recipe (``experiments.tuning``): each arm's learning rate is chosen on validation from
 ``experiments.sweep_run.LEARNING_RATES`` = {3e-4, 1e-3, 3e-3, 1e-2} by one seed trained for
@@ -37,8 +40,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.sweep_run import Tuning
+from experiments.sweep_run import Tuning, arm_of
 from experiments.sweeps import charlm
+from reference.config import GroupRNNConfig
 
 BUDGET = 200_000
 SEEDS = (0, 1, 2)
@@ -49,7 +53,15 @@ TRAINING = {"steps": STEPS, "batch": 32, "length": 128, "lr": 1e-3, "schedule": 
             "device": "auto"}  # lr: replaced by each arm's chosen rate
 TUNING = Tuning(options={"steps": TUNE_STEPS})
 ARMS = ("lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O")
-O_FIX = {}  # GroupRNNConfig options of the O RNN's fix (issue 13 item 2); non-empty: adds the arm rnn-O-fix
+PLAIN = {"map_lr": "plain"}  # run options of the plain O arm rnn-O: the paper's single learning rate
+O_FIX = {"map_lr": "n_aware"}  # options of the O RNN's fix (issue 13 item 2), GroupRNNConfig fields or
+# run options; non-empty: adds the arm rnn-O-fix
+
+
+def _split_fix():
+    """``O_FIX`` as (its GroupRNNConfig fields, its other run options)."""
+    fields = {f.name for f in dataclasses.fields(GroupRNNConfig)}
+    return ({k: v for k, v in O_FIX.items() if k in fields}, {k: v for k, v in O_FIX.items() if k not in fields})
 
 
 def templates(vocab_size, length=None):
@@ -57,10 +69,13 @@ def templates(vocab_size, length=None):
     first = charlm.templates(vocab_size, length)
     chosen = {name: first[name] for name in ARMS}
     if O_FIX:
-        chosen["rnn-O-fix"] = ("group_rnn", dataclasses.replace(first["rnn-O"][1], **O_FIX))
+        chosen["rnn-O-fix"] = ("group_rnn", dataclasses.replace(first["rnn-O"][1], **_split_fix()[0]))
     return chosen
 
 
 def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS):
-    """Every (arm, seed) of the v2 study on ``dataset`` (its learning rates still to be tuned)."""
-    return charlm.runs(dataset, vocab_size, budget, TRAINING if training is None else training, seeds, templates)
+    """Every (arm, seed) of the v2 study on ``dataset`` (its learning rates still to be tuned); ``rnn-O``
+    takes ``PLAIN``'s options and ``rnn-O-fix`` the run options of ``O_FIX``."""
+    extra = {"rnn-O": PLAIN, "rnn-O-fix": _split_fix()[1]}
+    every = charlm.runs(dataset, vocab_size, budget, TRAINING if training is None else training, seeds, templates)
+    return [dataclasses.replace(run, options={**run.options, **extra.get(arm_of(run.name), {})}) for run in every]
