@@ -192,7 +192,13 @@ def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, v
     assert sweep.tuning.options["steps"] < charlm_v2.STEPS
     assert sweep.out == f"experiments/results/charlm_v2/{dataset}"
     arms = {arm_of(run.name) for run in sweep.runs}
-    assert arms == {"lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O"}
+    assert arms == {"lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O",
+                    "rnn-O-fix"}
+    by_name = {run.name: run for run in sweep.runs}
+    plain, fix = by_name["rnn-O-seed0"].options, by_name["rnn-O-fix-seed0"].options
+    assert plain["map_lr"] == "plain" and fix["map_lr"] == "n_aware"  # the fix: the maps' n-aware rates
+    assert {k: v for k, v in plain.items() if k != "map_lr"} == {k: v for k, v in fix.items() if k != "map_lr"}
+    assert all("map_lr" not in run.options for run in sweep.runs if arm_of(run.name) not in ("rnn-O", "rnn-O-fix"))
     assert len(sweep.runs) == len(arms) * len(charlm_v2.SEEDS) and len(charlm_v2.SEEDS) >= 3
     tokens = {run.options["steps"] * run.options["batch"] * run.options["length"] for run in sweep.runs}
     assert len(tokens) == 1  # every arm trains on the same number of tokens

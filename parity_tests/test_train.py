@@ -25,8 +25,14 @@ def metrics(directory):
     return [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
 
 
+# O(17): the n-aware rates put W and U in AdamW groups of their own (map_lr_scales < 1 for both)
+SCALED_ARGS = [*ARGS[:5], "O", "--n", "17", *ARGS[8:]]
+
+
 @pytest.mark.parametrize("args, keys", [(ARGS, ("train_bits", "valid_bits")),
-                                        (RECALL_ARGS, ("train_loss", "valid_accuracy"))], ids=["lm", "recall"])
+                                        (SCALED_ARGS, ("train_bits", "valid_bits")),
+                                        (RECALL_ARGS, ("train_loss", "valid_accuracy"))],
+                         ids=["lm", "lm-scaled-maps", "recall"])
 def test_a_killed_run_resumes_to_the_same_metrics(tmp_path, args, keys):
     uninterrupted, killed = tmp_path / "uninterrupted", tmp_path / "killed"
     assert train.main([*args, "--run-dir", str(uninterrupted)]) == 0
@@ -79,7 +85,8 @@ def test_the_run_directory_records_the_run(tmp_path):
     (["--steps", "0"], "steps must be a positive int"),
     (["--warmup", "100", "--steps", "10"], "warmup must be"),
     (["--group", "Sp"], "unknown group"),
-], ids=["unknown-key", "bad-int", "schedule", "steps", "warmup", "group"])
+    (["--map-lr", "muP"], "unknown map_lr"),
+], ids=["unknown-key", "bad-int", "schedule", "steps", "warmup", "group", "map-lr"])
 def test_bad_options_are_refused_before_training(tmp_path, pairs, message):
     with pytest.raises(ValueError, match=message):
         train.main(["--model", "group_rnn", "--dataset", "ptb_char", *pairs, "--run-dir", str(tmp_path / "x")])
