@@ -150,3 +150,15 @@ def test_map_lr_is_validated_and_old_run_records_read_as_plain():
     assert record["train"]["map_lr"] == "n_aware"
     del record["train"]["map_lr"]  # a config.json written before the option existed
     assert train.RunConfig.from_json(record).train.map_lr == "plain"
+
+
+def test_a_group_rnn_layer_inside_another_model_gets_the_rates():
+    from manifold_impl.group_rnn import GroupRNNLayer
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), GroupRNNLayer(3, "O", 30, generator=torch.Generator()))
+    groups = train.Optimizers(model, train.TrainConfig(model="group_rnn")).optimizers[0].param_groups
+    cell = model[1].cell
+    assert len(groups) == 3 and groups[1]["params"][0] is cell.input_map.weight
+    assert groups[2]["params"][0] is cell.state_map.weight
+    assert [g["lr"] for g in groups[1:]] == pytest.approx([1e-3 * math.sqrt(120 / 435),
+                                                          1e-3 * REF / (30 * math.sqrt(435))], rel=1e-12)
