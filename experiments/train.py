@@ -13,7 +13,8 @@ field name, and unknown keys are refused. ``--preset SWEEP/RUN`` takes model, ta
 from run RUN of a sweep (``experiments.sweeps``); further pairs override them.
 
 One loop for every task: AdamW on Euclidean parameters and RiemannianAdam on group-valued ones
-(``geoopt.ManifoldParameter``), one schedule (linear warm-up, then constant or cosine to 0), the
+(``geoopt.ManifoldParameter``), a group RNN's input and state maps at their n-aware rates unless
+``--map-lr plain`` (``map_lr_groups``), one schedule (linear warm-up, then constant or cosine to 0), the
 gradient norm clipped to ``clip`` (``none``: not clipped), an evaluation of the task's validation
 split every ``eval_every`` steps. The run directory holds ``config.json`` (training, task and model
 configs), ``command.txt``, ``git_revision.txt``, ``metrics.jsonl`` (one JSON object per
