@@ -2,8 +2,8 @@
 S3, A5 and S5, every model arm of ``experiments.sweeps.tracking`` at one parameter budget per task,
 ``SEEDS`` seeds each, trained on lengths 1–64 and tested at 64, 128, 256, 512 and 1024.
 
-    python -m experiments.sweep state-tracking --workers 2 --out experiments/results/state_tracking/runs
-    python -m experiments.tracking_report experiments/results/state_tracking/runs
+    python -m experiments.sweep state-tracking --workers 2 --out experiments/results/state_tracking/study
+    python -m experiments.tracking_report experiments/results/state_tracking/study
 
 Recipe (one for every arm; no per-model tuning in this budget): ``STEPS`` steps of batch ``BATCH``,
 one length per batch uniform in 1–64, AdamW / RiemannianAdam at ``LR`` (``ATTENTION_LR`` for the
