@@ -15,7 +15,8 @@ from typing import NamedTuple
 from experiments.sweep_run import SweepRun
 
 PRESETS = {"charlm-ptb": "charlm_ptb", "charlm-shakespeare": "charlm_shakespeare", "paper": "charlm_paper",
-           "nar-cpu": "nar_cpu", "state-tracking": "state_tracking", "copy": "copy", "nar-cpu-ns-steps": "nar_cpu_ns_steps", "nar-paper": "nar_paper"}
+           "nar-cpu": "nar_cpu", "nar-cpu-ns-steps": "nar_cpu_ns_steps", "nar-paper": "nar_paper",
+           "state-tracking": "state_tracking", "copy": "copy"}
 
 
 class Sweep(NamedTuple):

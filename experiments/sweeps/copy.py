@@ -16,7 +16,7 @@ under-trained: at T ≥ 1000 a result below the baseline is a finding, one at it
 mLSTM-NS arm runs at T = 100 only (its read costs 20× the plain one per position).
 """
 
-from experiments.sweeps.tracking import arms, sweep_runs
+from experiments.sweeps.tracking import arms, sweep_runs, training
 from experiments.tasks.copying import COPY_DELAYS, COPY_LENGTH, sequence_length
 
 SEEDS = (0, 1, 2)
@@ -24,8 +24,6 @@ BUDGET = 8000
 BATCH = 8
 TOKENS = 240_000
 MIN_STEPS = 20
-LR = 1e-2
-ATTENTION_LR = 3e-3
 EVAL_SEQUENCES = 32
 NS_DELAYS = (100,)
 
@@ -45,12 +43,8 @@ def runs(delays=COPY_DELAYS, seeds=SEEDS, budget=BUDGET, batch=BATCH, tokens=TOK
         sized = {arm: entry for arm, entry in arms(10, budget, length, length).items()
                  if arm != "mlstm-ns" or delay in NS_DELAYS}
         for arm, (model, config) in sized.items():
-            lr = ATTENTION_LR if model in ("gpt", "group_transformer") else LR
-            result += sweep_runs(f"T{delay}", "copy", {arm: (model, config)},
-                                 {"steps": count, "batch": batch, "lr": lr, "schedule": "cosine", "warmup": min(10, count // 10),
-                                  "eval_every": count, "checkpoint_every": max(1, count // 3)},
-                                 seeds, {"delay": delay, "copy_length": copy_length,
-                                         "eval_sequences": eval_sequences})
+            result += sweep_runs(f"T{delay}", "copy", {arm: (model, config)}, training(model, count, batch), seeds,
+                                 {"delay": delay, "copy_length": copy_length, "eval_sequences": eval_sequences})
     return result
 
 

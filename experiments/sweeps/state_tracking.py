@@ -6,9 +6,9 @@ S3, A5 and S5, every model arm of ``experiments.sweeps.tracking`` at one paramet
     python -m experiments.tracking_report experiments/results/state_tracking/study
 
 Recipe (one for every arm; no per-model tuning in this budget): ``STEPS`` steps of batch ``BATCH``,
-one length per batch uniform in 1–64, AdamW / RiemannianAdam at ``LR`` (``ATTENTION_LR`` for the
-two attention models, whose usual rates are lower) with a ``WARMUP``-step warm-up and cosine decay,
-gradients clipped at 1; validation only at the end (each evaluation covers all five test lengths);
+one length per batch uniform in 1–64, ``experiments.sweeps.tracking.training`` (AdamW /
+RiemannianAdam at 1e-2, 3e-3 for the two attention models, a 10-step warm-up, cosine decay,
+gradients clipped at 1; validation only at the end: each evaluation covers all five test lengths);
 ``EVAL_SEQUENCES`` sequences per test length. Remedy arms (``-curriculum``): the input-driven group
 RNNs with the length curriculum 1 → 64 over the first ``CURRICULUM_STEPS`` steps (issue 14 item 3).
 
@@ -22,15 +22,12 @@ a run takes ≈ 20–40 s, the group Transformer ≈ 100 s and the mLSTM-NS ≈ 
 (task, seed), ≈ 4 hours on one worker at that load, ≈ 2 hours of the machine with two workers.
 """
 
-from experiments.sweeps.tracking import arms, remedy_arms, sweep_runs
+from experiments.sweeps.tracking import arms, remedy_arms, sweep_runs, training
 from experiments.tasks.sequences import TEST_LENGTHS, TRAIN_MAX_LENGTH
 
 SEEDS = (0, 1, 2)
 STEPS = 300
 BATCH = 32
-LR = 1e-2
-ATTENTION_LR = 3e-3
-WARMUP = 10
 CURRICULUM_STEPS = 225
 EVAL_SEQUENCES = 64
 # cell: (task, task options, vocabulary, parameter budget)
@@ -39,13 +36,6 @@ CELLS = {"parity": ("count", {"modulus": 2}, 2, 3000),
          "S3": ("words", {"word_group": "S3"}, 6, 3000),
          "A5": ("words", {"word_group": "A5"}, 60, 12000),
          "S5": ("words", {"word_group": "S5"}, 120, 12000)}
-
-
-def training(model, steps=STEPS, batch=BATCH):
-    """The TrainConfig fields of an arm (its learning rate by model family)."""
-    lr = ATTENTION_LR if model in ("gpt", "group_transformer") else LR
-    return {"steps": steps, "batch": batch, "lr": lr, "schedule": "cosine", "warmup": min(WARMUP, steps // 10),
-            "eval_every": steps, "checkpoint_every": max(1, steps // 3)}
 
 
 def runs(cells=CELLS, seeds=SEEDS, steps=STEPS, batch=BATCH, eval_sequences=EVAL_SEQUENCES,

@@ -14,9 +14,7 @@ Arms (``arms``), every one sized to one parameter budget per task by
   training length (positions past it never receive a gradient and are not counted); the built
   model holds ``max_length`` = the longest test length, so it can be evaluated there at all.
 * ``gpt-rotary``, ``gpt-alibi``: the same GPT with rotary / ALiBi positions (no parameters, no
-  length limit). PLACEHOLDER: these arms need ``GPTConfig.positions`` (the ``positions`` branch);
-  they join the presets automatically once that field exists (``GPT_POSITION_SCHEMES``), and a
-  resumed sweep then runs only them.
+  length limit; ``experiments.positions``).
 * ``mlstm-plain``, ``mlstm-ns``: the mLSTM (2 heads) with the plain and the Newton–Schulz read.
 * ``gtf-SO``: the SO(n) group Transformer (2 layers, 2 heads, algebra attention).
 
@@ -34,14 +32,17 @@ import dataclasses
 
 from experiments.baselines import GPTConfig, LSTMConfig
 from experiments.params_budget import parameter_count, size_to_budget
+from experiments.positions import POSITIONS
 from experiments.sweep_run import SweepRun
 from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
 RNN_GROUPS = ("SO", "U", "T", "BO")
-GPT_POSITION_SCHEMES = tuple(s for s in ("rotary", "alibi")
-                             if "positions" in {f.name for f in dataclasses.fields(GPTConfig)})
+GPT_POSITION_SCHEMES = tuple(scheme for scheme in POSITIONS if scheme != "learned")  # rotary, ALiBi
 MLSTM_TOLERANCE = 0.1
 COARSE_TOLERANCE = 0.25
+LR = 1e-2
+ATTENTION_LR = 3e-3
+WARMUP = 10
 MLSTM_TEMPLATE = {"num_heads": 2, "proj_factor": 2.0, "round_proj_up_to_multiple_of": 4, "qkv_proj_blocksize": 4}
 
 
@@ -101,6 +102,15 @@ def arms(vocab_size, budget, train_length, test_length):
 def remedy_arms(sized):
     """The input-driven group-RNN arms of ``sized`` (the ones the curriculum remedy is tried on)."""
     return {name: entry for name, entry in sized.items() if name.startswith("rnn-") and name.endswith("-input")}
+
+
+def training(model, steps, batch):
+    """The TrainConfig fields of an arm: ``steps`` of ``batch``, AdamW / RiemannianAdam at ``LR``
+    (``ATTENTION_LR`` for the two attention models, whose usual rates are lower), a warm-up of
+    ``WARMUP`` steps (at most a tenth of the run), cosine decay, validation only at the end."""
+    lr = ATTENTION_LR if model in ("gpt", "group_transformer") else LR
+    return {"steps": steps, "batch": batch, "lr": lr, "schedule": "cosine", "warmup": min(WARMUP, steps // 10),
+            "eval_every": steps, "checkpoint_every": max(1, steps // 3)}
 
 
 def model_options(config):
