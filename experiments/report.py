@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments import recall_report, tracking_report  # noqa: E402
+from experiments import recall_report  # noqa: E402
 from experiments.stats import format_interval  # noqa: E402
 
 
@@ -143,8 +143,7 @@ def metrics_report(directory):
     return markdown
 
 
-REPORTS = {"lm": lm_report, "recall": recall_report.report,  # other tasks: metrics_report
-           **dict.fromkeys(("count", "words", "copy"), tracking_report.report)}
+REPORTS = {"lm": lm_report, "recall": recall_report.report}  # other tasks: metrics_report
 
 
 def main(argv=None):

@@ -15,8 +15,8 @@ setting: ``parity``, ``mod3``, ``S3``, ``A5``, ``S5``, or a copy delay ``T100`` 
 Solved: a seed whose test accuracy at 4× the training length (``SOLVED_FACTOR``; 256 for training
 lengths ≤ 64) is at least ``SOLVED_ACCURACY`` = 99%, over all positions of the fixed test set.
 
-``experiments.report`` dispatches single-task directories of ``count``, ``words`` and ``copy`` runs
-here; the state-tracking study mixes two tasks in one directory, so call this module directly.
+The state-tracking study mixes two tasks (``count``, ``words``) in one directory, which
+``experiments.report`` (one task per directory) refuses, so this module is called directly.
 
 The second remedy of issue 14 item 3 (not in the presets: it needs a model option). The SO(2)
 parity probe (experiments/results/state_tracking/so2_parity_probe.txt) solved length 40 in 3/5
@@ -69,13 +69,15 @@ def cell_and_arm(name):
 
 
 def load(directory):
-    """``{(cell, arm): [run]}`` over the finished runs under ``directory`` (each run as
-    ``experiments.report.finished_runs`` gives it), in name order."""
-    from experiments.report import finished_runs  # experiments.report dispatches here: import late
-
+    """``{(cell, arm): [run]}`` over the finished runs under ``directory`` (a run: its ``name``,
+    ``config`` (config.json) and ``final`` (final.json)), in name order."""
     groups = defaultdict(list)
-    for run in finished_runs(directory):
+    for final in sorted(Path(directory).glob("*/final.json")):
+        run = {"name": final.parent.name, "config": json.loads((final.parent / "config.json").read_text()),
+               "final": json.loads(final.read_text())}
         groups[cell_and_arm(run["name"])].append(run)
+    if not groups:
+        raise ValueError(f"no finished runs (*/final.json) under {directory}")
     return dict(groups)
 
 

@@ -135,11 +135,3 @@ def test_report_figures_on_hand_written_runs(tmp_path):
     assert "| lstm | 3 |" in (tmp_path / "tracking_report.md").read_text()
     with pytest.raises(ValueError, match="cell"):
         cell_and_arm("lstm-seed0")
-
-
-def test_report_dispatches_the_tracking_tasks(tmp_path):
-    from experiments import report as generic
-
-    for seed in (0, 1):
-        _write_run(tmp_path, f"parity-lstm-seed{seed}", "count", 16, {"test_accuracy@64": 1.0}, seed)
-    assert "solved" in generic.report(tmp_path) and (tmp_path / "tracking_table.json").exists()
