@@ -13,13 +13,15 @@ gradients clipped at 1; validation only at the end: each evaluation covers all f
 RNNs with the length curriculum 1 → 64 over the first ``CURRICULUM_STEPS`` steps (issue 14 item 3).
 
 Budget (issue 14 item 5: the whole study, this preset and ``copy``, at most 3 hours of the 2-core
-machine). Timed single-threaded on the shared machine (load ≈ 13 on 2 cores, so wall times are
-inflated): at 16k parameters and V = 120, one training step at batch 32 × 64 took 0.05–0.25 s
-(LSTM fastest, the unitary RNNs slowest) except the mLSTM's NS read (2.0 s: a Newton–Schulz
-iteration per position); one forward pass over 64 sequences of length 1024 took 0.1–4.5 s
-(group Transformer 11 s, mLSTM-NS 13 s). Lengths average 32 here, so with three evaluations per run
-a run takes ≈ 20–40 s, the group Transformer ≈ 100 s and the mLSTM-NS ≈ 6 min: ≈ 16 min per
-(task, seed), ≈ 4 hours on one worker at that load, ≈ 2 hours of the machine with two workers.
+machine, i.e. 6 core-hours). Timed single-threaded on the shared machine (load 7–13 on 2 cores: a
+worker got 25–40% of a core, so wall times are 2.5–4× CPU times): at 16k parameters and V = 120 one
+training step at batch 32 × 64 took 0.05–0.25 s of wall time except the mLSTM's NS read (2.0 s: a
+Newton–Schulz iteration per position); one forward pass over 64 sequences of length 1024 took
+0.1–4.5 s (group Transformer 11 s, mLSTM-NS 13 s). In the study's first 13 runs (parity, seed 0)
+training took 4–30 s of wall time per run, 100–160 s for the T and BO RNNs (packed states at
+n = 23–44), and a whole run (three evaluations included) ≈ 85 s on average: ≈ 6.7 hours of wall
+time for the 285 runs on one worker at that load, ≈ 2–2.5 core-hours of CPU, leaving the rest of
+the 6 core-hours for ``copy``.
 """
 
 from experiments.sweeps.tracking import arms, remedy_arms, sweep_runs, training
