@@ -18,7 +18,8 @@ from experiments.sweep_run import SweepRun, Tuning
 
 PRESETS = {"charlm-ptb": "charlm_ptb", "charlm-shakespeare": "charlm_shakespeare", "paper": "charlm_paper",
            "charlm-v2-ptb": "charlm_v2_ptb", "charlm-v2-shakespeare": "charlm_v2_shakespeare",
-           "nar-cpu": "nar_cpu", "nar-cpu-ns-steps": "nar_cpu_ns_steps", "nar-paper": "nar_paper"}
+           "nar-cpu": "nar_cpu", "nar-cpu-ns-steps": "nar_cpu_ns_steps", "nar-paper": "nar_paper",
+           "state-tracking": "state_tracking", "copy": "copy"}
 
 
 class Sweep(NamedTuple):
