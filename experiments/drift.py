@@ -51,8 +51,9 @@ def drift_curve(group, n, steps, seed, record_every, reproject_every=None, recur
     chunk's initial state must then pass the model's membership check (float32: 9.5e-5).
     """
     chunk = chunk or steps
+    scan = {} if recurrent else {"recurrence": "scan"}  # recurrent=False alone now runs the fused loop
     config = GroupRNNConfig(vocab_size=vocab_size, group=group, n=n, embedding_dim=16, recurrent=recurrent,
-                            reproject_every=reproject_every)
+                            reproject_every=reproject_every, **scan)
     model = GroupRNN(config, dtype=torch.float32, generator=torch.Generator().manual_seed(seed))
     tokens = torch.from_numpy(np.random.default_rng(seed).integers(0, vocab_size, size=(4, steps)))
     errors, cache = [], None

@@ -80,15 +80,14 @@ def test_float32_scheme_keeps_unit_modulus_on_the_imaginary_axis():
     assert np.abs(unit_modulus_defect(scheme_polynomial(*float32_scheme()), phi)).max() < 1.5e-7
 
 
-@pytest.mark.parametrize(("group", "n"), [("O", 8), ("U", 6), ("O", 16)], ids=["O8", "U6", "O16"])
-def test_float32_factors_have_no_orthogonality_error_of_one_sign(group, n):
-    """tr(XᴴX − I) over 20,000 float32 exponentials of random algebra elements, 1-norms 0.1 to 3:
-    mean within 6e-9 of zero (before the fix: +1e-8 to +1e-7) and spread within 1.5× that of
-    scipy's float64 exponential rounded to float32 (before: 5×)."""
+def random_factor_defects(group, exp, count=20_000):
+    """tr(XᴴX − I) of ``exp`` in float32 and of scipy's float64 exponential rounded to float32 (the
+    floor), on ``count`` random algebra elements of ``group`` with 1-norms 0.1 to 3."""
+    n = group.n
     generator = torch.Generator().manual_seed(n)
-    a = get_group(group, n).random_algebra((20_000,), generator=generator, dtype=torch.float64)
+    a = group.random_algebra((count,), generator=generator, dtype=torch.float64)
     a = a / a.abs().sum(dim=-2).amax(dim=-1)[:, None, None]
-    a = a * torch.empty(20_000, 1, 1, dtype=torch.float64).uniform_(0.1, 3.0, generator=generator)
+    a = a * torch.empty(count, 1, 1, dtype=torch.float64).uniform_(0.1, 3.0, generator=generator)
     low = a.to(torch.complex64 if a.is_complex() else torch.float32)
     best = np.array([scipy.linalg.expm(m) for m in low.to(a.dtype).numpy()]).astype(low.numpy().dtype)
 
@@ -96,18 +95,47 @@ def test_float32_factors_have_no_orthogonality_error_of_one_sign(group, n):
         x = np.asarray(x, dtype=np.complex128)
         return np.trace(np.conj(np.swapaxes(x, -1, -2)) @ x, axis1=-2, axis2=-1).real - n
 
-    ours, reference = defect(expm(low).numpy()), defect(best)
+    return defect(exp(low).detach().numpy()), defect(best)
+
+
+@pytest.mark.parametrize(("group", "n"), [("O", 8), ("U", 6), ("O", 16)], ids=["O8", "U6", "O16"])
+def test_float32_factors_have_no_orthogonality_error_of_one_sign(group, n):
+    """tr(XᴴX − I) over 20,000 float32 exponentials of random algebra elements, 1-norms 0.1 to 3:
+    mean within 6e-9 of zero (before the fix: +1e-8 to +1e-7) and spread within 1.5× that of
+    scipy's float64 exponential rounded to float32 (before: 5×)."""
+    ours, reference = random_factor_defects(get_group(group, n), expm)
     assert abs(ours.mean()) < 6e-9
     assert ours.std() < 1.5 * reference.std()
 
 
+CLOSED_FORMS = [("O", 2, None), ("SO", 3, None), ("SU", 2, None), ("BO", 8, 2), ("BO", 9, 3), ("T", 8, None)]
+
+
+@pytest.mark.parametrize(("group", "n", "block"), CLOSED_FORMS, ids=["O2", "SO3", "SU2", "BO8b2", "BO9b3", "T8"])
+def test_float32_closed_form_factors_have_no_orthogonality_error_of_one_sign(group, n, block):
+    """The same for the groups' closed-form exponentials (2×2 rotations, Rodrigues, su(2), T's
+    elementwise exp) through ``group.exp``. Before the closed forms were evaluated in float64:
+    BO(8) with 2×2 blocks a mean of −2.6e-8 (the sin θ/θ series' one-sign remainder and cos θ as
+    1 − θ² · versine), BO(9) with 3×3 blocks −2.6e-8, and spreads 2-4× the floor for O(2), SO(3),
+    SU(2) and both BO. T's exp of the phases was already at the floor (torch's complex exp)."""
+    group = get_group(group, n, block)
+    ours, reference = random_factor_defects(group, group.exp)
+    assert abs(ours.mean()) < 6e-9
+    assert ours.std() < 1.5 * reference.std()
+
+
+@pytest.mark.parametrize("group", ["O", "BO"])
 @pytest.mark.parametrize(("recurrent", "vocab_size"), [(True, 50), (False, 10_000)], ids=["loop", "scan"])
-def test_o8_float32_drift_after_10000_steps_is_within_2e_5(recurrent, vocab_size):
-    """``experiments.drift``'s O(8) run, no reprojection: the step loop on its 50-token vocabulary
-    (before the fix 7e-5 to 9e-5), and the associative scan on 10,000 tokens. With 50 tokens the
-    scan multiplies the same 50 float32 factors thousands of times, and their rounding alone —
-    scipy's exponential rounded to float32 — drifts 1.5e-5 to 4e-5 (seeds 0-4; see the module
-    docstring of experiments.drift): that floor is not the exponential's."""
-    (drift,) = drift_curve("O", 8, 10_000, seed=0, record_every=10_000, recurrent=recurrent,
+def test_float32_drift_after_10000_steps_is_within_2e_5(group, recurrent, vocab_size):
+    """``experiments.drift``'s O(8) and BO(8) (2×2 blocks) runs, no reprojection: the step loop on
+    its 50-token vocabulary (before the fix O 7e-5 to 9e-5; BO with its closed form in float32
+    6.7e-5, seeds 0-4 2.5e-5 to 6.7e-5), and the associative scan on 10,000 tokens (BO before:
+    4.0e-5). With 50 tokens the scan multiplies the same 50 float32 factors thousands of times,
+    and their rounding alone — scipy's exponential rounded to float32 — drifts 1.5e-5 to 4e-5 for
+    O(8) (seeds 0-4; see the module docstring of experiments.drift): that floor is not the
+    exponential's. T is not here: its factors were already at that floor, and its drift (loop
+    1.4e-5 to 2.0e-5, 10,000-token scan 2.0e-5 to 2.4e-5, seeds 0-4) is the unbiased random walk
+    of float32 complex products (each |zw|² off by 5e-8 rms, mean 0)."""
+    (drift,) = drift_curve(group, 8, 10_000, seed=0, record_every=10_000, recurrent=recurrent,
                            vocab_size=vocab_size, chunk=1000)
     assert drift <= 2e-5
