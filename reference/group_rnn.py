@@ -47,7 +47,7 @@ from autograd.tracer import getval
 from reference.config import rnn_layer_config
 from reference.groups import get_group
 from reference.mixing import TangentMixing
-from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
+from reference.params import ParamSpec, SpecModel, prefixed, sub_params
 from reference.readouts import READOUTS
 from reference.validation import check_cache, check_state, check_tokens
 
@@ -140,7 +140,7 @@ class GroupRNNCache(NamedTuple):
     states: object = None
 
 
-class GroupRNN:
+class GroupRNN(SpecModel):
     """Reference group-state RNN LM. Functions of a parameter dict (see the module docstring)."""
 
     def __init__(self, config):
@@ -155,14 +155,6 @@ class GroupRNN:
         return ({"embedding.weight": ParamSpec((config.vocab_size, config.embedding_dim), std=1.0)}
                 | prefixed("cell.", self.cell.param_spec())
                 | prefixed("readout.", self.readout.param_spec()))
-
-    def init_params(self, generator):
-        """Initial parameters from a ``numpy.random.Generator``."""
-        return init_params(self.param_spec(), generator)
-
-    def check_params(self, params):
-        """Raise ValueError unless keys and shapes match and group-valued entries lie on G."""
-        check_params(self.param_spec(), params)
 
     def forward(self, params, tokens, cache=None):
         """Run the model over a batch of sequences.
@@ -190,7 +182,7 @@ class GroupRNN:
         return self.readout(sub_params(params, "readout."), states), cache
 
 
-class GroupRNNLayer:
+class GroupRNNLayer(SpecModel):
     """The group RNN cell as a sequence layer (mirror of the torch ``GroupRNNLayer``).
 
     For inputs x_1..x_T ∈ ℝ^F (``input_size`` F): H_t = H_{t-1} · exp(hat(mix(W x_t + U features(H_{t-1})
@@ -220,9 +212,6 @@ class GroupRNNLayer:
 
     def param_spec(self):
         return prefixed("cell.", self.cell.param_spec())
-
-    def init_params(self, generator):
-        return init_params(self.param_spec(), generator)
 
     def forward(self, params, input, state=None):
         """``input: [T, B, F]`` (``[B, T, F]`` if batch_first), ``state: [B, n, n]`` (default H_0)

@@ -112,7 +112,7 @@ from reference.group_rnn import drive_scale
 from reference.groups import get_group
 from reference.linalg import frobenius_inner
 from reference.mixing import TangentMixing
-from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
+from reference.params import ParamSpec, SpecModel, prefixed, sub_params
 from reference.readouts import READOUTS
 from reference.validation import check_cache, check_tokens
 
@@ -335,7 +335,7 @@ class GroupTransformerCache(NamedTuple):
     position: int
 
 
-class GroupTransformer:
+class GroupTransformer(SpecModel):
     """Reference group-state Transformer LM. Functions of a parameter dict (module docstring)."""
 
     def __init__(self, config):
@@ -351,14 +351,6 @@ class GroupTransformer:
         for index, layer in enumerate(self.layers):
             spec |= prefixed(f"layers.{index}.", layer.param_spec())
         return spec | prefixed("readout.", self.readout.param_spec())
-
-    def init_params(self, generator):
-        """Initial parameters from a ``numpy.random.Generator``."""
-        return init_params(self.param_spec(), generator)
-
-    def check_params(self, params):
-        """Raise ValueError unless keys and shapes match and group-valued entries lie on G."""
-        check_params(self.param_spec(), params)
 
     def forward(self, params, tokens, cache=None):
         """Run the model over a batch of sequences.

@@ -92,7 +92,7 @@ from autograd.extend import defvjp, primitive
 from autograd.tracer import getval
 
 from reference.config import MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR
-from reference.params import ParamSpec, check_params, init_params, prefixed, sub_params
+from reference.params import ParamSpec, SpecModel, prefixed, sub_params
 from reference.validation import check_cache, check_tokens
 
 
@@ -403,7 +403,7 @@ class MLSTMLayer:
         return out @ params["proj_down.weight"].T, MLSTMState(history, *cell_state)
 
 
-class MLSTM:
+class MLSTM(SpecModel):
     """Reference mLSTM LM. Functions of a parameter dict (see the module docstring)."""
 
     def __init__(self, config):
@@ -422,14 +422,6 @@ class MLSTM:
                 | prefixed("post_norm.", self.post_norm.param_spec())
                 | {"head.weight": ParamSpec((vocab, width), std=small),
                    "head.bias": ParamSpec((vocab,), scale=0.1)})
-
-    def init_params(self, generator):
-        """Initial parameters from a ``numpy.random.Generator``."""
-        return init_params(self.param_spec(), generator)
-
-    def check_params(self, params):
-        """Raise ValueError unless keys and shapes match."""
-        check_params(self.param_spec(), params)
 
     def forward(self, params, tokens, cache=None):
         """Run the model over a batch of sequences.

@@ -76,3 +76,17 @@ def check_params(specs, params):
             ok, reason = spec.group.is_member(value, explain=True)
             if not ok:
                 raise ValueError(f"parameter {key!r} is not on {spec.group!r}: {reason}")
+
+
+class SpecModel:
+    """Base of a reference model whose ``param_spec()`` (``{key: ParamSpec}`` in state_dict order,
+    defined by the subclass) lays out its parameters: the parameter dict's initial value and its
+    check, read from the spec."""
+
+    def init_params(self, generator):
+        """Initial parameters from a ``numpy.random.Generator``."""
+        return init_params(self.param_spec(), generator)
+
+    def check_params(self, params):
+        """Raise ValueError unless keys and shapes match and group-valued entries lie on their groups."""
+        check_params(self.param_spec(), params)
