@@ -165,12 +165,32 @@ class GroupEmbedding:
         return group.mul(params["tokens"][tokens], anp.stack(rotations))  # [B, T, n, n]
 
 
-class AlgebraAttention:
-    """Causal multi-head attention with queries, keys and values in g (module docstring)."""
+class _TangentSublayer:
+    """A sublayer that moves every state along the group, H ← H · exp(hat(mix(c))), by coordinates
+    c ∈ ℝ^d it computes (attention or feed-forward), mixed by ``TangentMixing``."""
 
     def __init__(self, config, group):
         self.config, self.group = config, group
         self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank)
+
+    def _move(self, params, states, c):
+        """``states: [B, T, n, n]``, coordinates ``c: [B, T, d]`` -> H · exp(hat(mix(c))) ``[B, T, n, n]``."""
+        c = self.mixing(sub_params(params, "mixing."), c)
+        return self.group.mul(states, self.group.exp(self.group.hat(c)))
+
+
+class _Attention(_TangentSublayer):
+    """Causal multi-head attention; a subclass gives the score rows ``_score_rows``."""
+
+    def scores(self, params, states, past=None):
+        """Scores s_ij^h ``[B, h, T, P + T]``, −inf where j is in the future of i."""
+        keys = _keys(states, past)
+        rows = self._score_rows(params, states, keys)
+        return np.stack([_pad_rows([getval(r) for r in head], keys.shape[1]) for head in rows], axis=1)
+
+
+class AlgebraAttention(_Attention):
+    """Causal multi-head attention with queries, keys and values in g (module docstring)."""
 
     def param_spec(self):
         n, dim, heads = self.group.n, self.group.dim, self.config.num_heads
@@ -197,12 +217,6 @@ class AlgebraAttention:
         return [[anp.einsum("bd,bjd->bj", queries[h][:, i], keys[h][:, :offset + i + 1]) * scale
                  for i in range(states.shape[1])] for h in range(self.config.num_heads)]
 
-    def scores(self, params, states, past=None):
-        """Scores s_ij^h ``[B, h, T, P + T]``, −inf where j is in the future of i."""
-        keys = _keys(states, past)
-        rows = self._score_rows(params, states, keys)
-        return np.stack([_pad_rows([getval(r) for r in head], keys.shape[1]) for head in rows], axis=1)
-
     def __call__(self, params, states, past=None):
         """``states: [B, T, n, n]`` (and cached ``past: [B, P, n, n]``) -> updated states ``[B, T, n, n]``."""
         keys = _keys(states, past)
@@ -216,16 +230,11 @@ class AlgebraAttention:
                 weights = _softmax(rows[h][i])  # [B, P+i+1]
                 update = update + anp.einsum("bj,bjd->bd", weights, values[h][:, :offset + i + 1])
             updates.append(update)
-        c = self.mixing(sub_params(params, "mixing."), anp.stack(updates, axis=1))  # [B, T, d]
-        return self.group.mul(states, self.group.exp(self.group.hat(c)))
+        return self._move(params, states, anp.stack(updates, axis=1))  # c: [B, T, d]
 
 
-class SimilarityAttention:
+class SimilarityAttention(_Attention):
     """Causal multi-head attention by the group's own similarity Re tr(H_iᴴ H_j) (module docstring)."""
-
-    def __init__(self, config, group):
-        self.config, self.group = config, group
-        self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank)
 
     def param_spec(self):
         """β_h ~ N(1/√n, (0.5/√n)²) and η_h = drive/h (module docstring)."""
@@ -242,12 +251,6 @@ class SimilarityAttention:
         return [[params["inverse_temperature"][h] * frobenius_inner(states[:, i, None], keys[:, :offset + i + 1])
                  for i in range(states.shape[1])] for h in range(self.config.num_heads)]
 
-    def scores(self, params, states, past=None):
-        """Scores s_ij^h ``[B, h, T, P + T]``, −inf where j is in the future of i."""
-        keys = _keys(states, past)
-        rows = self._score_rows(params, states, keys)
-        return np.stack([_pad_rows([getval(r) for r in head], keys.shape[1]) for head in rows], axis=1)
-
     def __call__(self, params, states, past=None):
         """``states: [B, T, n, n]`` (and cached ``past: [B, P, n, n]``) -> updated states ``[B, T, n, n]``."""
         group = self.group
@@ -263,19 +266,14 @@ class SimilarityAttention:
                 mean = anp.einsum("bj,bjxy->bxy", weights, keys[:, :offset + i + 1])  # M_i^h
                 delta = delta + params["step"][h] * group.proj(group.mul(to_query, mean))
             updates.append(group.vee(delta))
-        c = self.mixing(sub_params(params, "mixing."), anp.stack(updates, axis=1))  # [B, T, d]
-        return group.mul(states, group.exp(group.hat(c)))
+        return self._move(params, states, anp.stack(updates, axis=1))  # c: [B, T, d]
 
 
 ATTENTIONS = {"algebra": AlgebraAttention, "similarity": SimilarityAttention}
 
 
-class FeedForward:
+class FeedForward(_TangentSublayer):
     """H_i ← H_i · exp(hat(mix(W_2 GELU(W_1 features(H_i) + b_1) + b_2))), position by position."""
-
-    def __init__(self, config, group):
-        self.config, self.group = config, group
-        self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank)
 
     def param_spec(self):
         n, dim, width = self.group.n, self.group.dim, self.config.feedforward_width
@@ -291,8 +289,7 @@ class FeedForward:
         """``states: [B, T, n, n] -> [B, T, n, n]``."""
         hidden = gelu(self.group.features(states) @ params["hidden.weight"].T + params["hidden.bias"])  # [B, T, F]
         c = hidden @ params["output.weight"].T + params["output.bias"]  # [B, T, d]
-        c = self.mixing(sub_params(params, "mixing."), c)
-        return self.group.mul(states, self.group.exp(self.group.hat(c)))
+        return self._move(params, states, c)
 
 
 class GroupTransformerLayer:
