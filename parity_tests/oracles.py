@@ -34,21 +34,29 @@ def algebra_violation(name, a, block=None):
     Written from the algebras' definitions (SPEC §1), independent of either tree's ``proj``.
     """
     a = np.asarray(a)
-    n = a.shape[-1]
     ah = np.conj(np.swapaxes(a, -1, -2))
     if name == "GL":
         return float(np.max(np.abs(np.imag(a)), initial=0.0))
-    parts = [np.abs(a + ah)]  # skew-Hermitian
-    if name in ("O", "SO", "BO"):
-        parts.append(np.abs(np.imag(a)))
+    parts = [np.abs(a + ah), *_pattern_violations(name, a, block)]  # skew-Hermitian, the pattern
     if name == "SU":
         parts.append(np.abs(np.trace(a, axis1=-2, axis2=-1))[..., None, None])
+    return float(max(np.max(p, initial=0.0) for p in parts))
+
+
+def _pattern_violations(name, x, block):
+    """The entries of ``x: [..., n, n]`` (absolute values) that the sparsity and realness pattern of
+    ``name`` forbids, one array per rule: imaginary parts on O, SO, BO; off-diagonal entries on T;
+    entries off the diagonal blocks on BO. Shared by the group and its algebra."""
+    n = x.shape[-1]
+    parts = []
+    if name in ("O", "SO", "BO"):
+        parts.append(np.abs(np.imag(x)))
     if name == "T":
-        parts.append(np.abs(a * (1 - np.eye(n))))
+        parts.append(np.abs(x * (1 - np.eye(n))))
     if name == "BO":
         mask = np.kron(np.eye(n // block), np.ones((block, block)))
-        parts.append(np.abs(a * (1 - mask)))
-    return float(max(np.max(p, initial=0.0) for p in parts))
+        parts.append(np.abs(x * (1 - mask)))
+    return parts
 
 
 def unitarity_defect(x):
@@ -61,19 +69,11 @@ def unitarity_defect(x):
 def group_violation(name, x, block=None):
     """How far ``x: [..., n, n]`` is from the group ``name`` (max-abs; 0 on it), from definitions."""
     x = np.asarray(x)
-    n = x.shape[-1]
     if name == "GL":
         return 0.0 if np.all(np.linalg.svd(x, compute_uv=False)[..., -1] > 1e-8) else np.inf
-    parts = [unitarity_defect(x)]
-    if name in ("O", "SO", "BO"):
-        parts.append(np.abs(np.imag(x)))
+    parts = [unitarity_defect(x), *_pattern_violations(name, x, block)]
     if name in ("SO", "SU"):
         parts.append(np.abs(np.linalg.det(x) - 1)[..., None, None])
-    if name == "T":
-        parts.append(np.abs(x * (1 - np.eye(n))))
-    if name == "BO":
-        mask = np.kron(np.eye(n // block), np.ones((block, block)))
-        parts.append(np.abs(x * (1 - mask)))
     return float(max(np.max(p, initial=0.0) for p in parts))
 
 

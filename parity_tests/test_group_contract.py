@@ -11,6 +11,18 @@ from parity_tests.tolerances import EXPM_ORACLE_RTOL, HAAR_MOMENT_ATOL, group_at
 batch_shapes = pytest.mark.parametrize("batch_shape", BATCH_SHAPES, ids=BATCH_IDS)
 
 
+@pytest.fixture
+def group(backend, group_case):
+    """The group of ``group_case`` in the backend's tree."""
+    return backend.group(*group_case)
+
+
+@pytest.fixture
+def tol(backend, group):
+    """Tolerance of composite group operations for this group's n and the backend's dtype."""
+    return group_atol(backend.dtype, group.n)
+
+
 def ambient(seed, shape, complex_):
     """Random ambient matrices (NumPy), complex when asked."""
     rng = np.random.default_rng(seed)
@@ -35,9 +47,8 @@ def close(actual, expected, atol):
 
 
 @batch_shapes
-def test_random_lands_on_group(backend, group_case, batch_shape, atol):
+def test_random_lands_on_group(backend, group_case, group, batch_shape, atol):
     name, n, block = group_case
-    group = backend.group(name, n, block)
     x = sample(backend, group, batch_shape)
     assert tuple(x.shape) == batch_shape + (n, n)
     assert group_violation(name, backend.numpy(x), block) <= atol
@@ -45,10 +56,8 @@ def test_random_lands_on_group(backend, group_case, batch_shape, atol):
 
 
 @batch_shapes
-def test_exp_lands_on_group(backend, group_case, batch_shape, atol):
+def test_exp_lands_on_group(backend, group_case, group, tol, batch_shape, atol):
     name, n, block = group_case
-    group = backend.group(name, n, block)
-    tol = group_atol(backend.dtype, group.n)
     x = group.exp(sample_algebra(backend, group, batch_shape))
     assert group_violation(name, backend.numpy(x), block) <= tol
     assert group.is_member(x)
@@ -56,11 +65,9 @@ def test_exp_lands_on_group(backend, group_case, batch_shape, atol):
 
 @batch_shapes
 @pytest.mark.parametrize("complex_input", [False, True], ids=["real-m", "complex-m"])
-def test_proj_is_an_orthogonal_idempotent_projection_onto_the_algebra(backend, group_case, batch_shape,
+def test_proj_is_an_orthogonal_idempotent_projection_onto_the_algebra(backend, group_case, group, tol, batch_shape,
                                                                       complex_input, atol):
     name, n, block = group_case
-    group = backend.group(name, n, block)
-    tol = group_atol(backend.dtype, group.n)
     m = backend.array(ambient(0, batch_shape + (n, n), complex_input and group.is_complex))
     p = group.proj(m)
     assert algebra_violation(name, backend.numpy(p), block) <= atol
@@ -83,11 +90,10 @@ def algebra_rank(backend, group):
 
 
 @batch_shapes
-def test_features_are_the_supported_entries_and_carry_the_inner_product(backend, group_case, batch_shape, atol):
+def test_features_are_the_supported_entries_and_carry_the_inner_product(backend, group_case, group, batch_shape, atol):
     """features(x) against SPEC §2's definition entry by entry, its length, and (the readout's and
     the prototype readout's premise) <x, y> = features(x) · features(y) on the group."""
     name, n, block = group_case
-    group = backend.group(name, n, block)
     x, y = sample(backend, group, batch_shape, seed=3), sample(backend, group, batch_shape, seed=4)
     features = backend.numpy(group.features(x))
     assert features.shape == batch_shape + (group.num_features,)
@@ -106,11 +112,10 @@ def test_num_features_of_the_structured_groups(backend):
 
 
 @batch_shapes
-def test_distance_is_the_unitarity_defect(backend, group_case, batch_shape, atol):
+def test_distance_is_the_unitarity_defect(backend, group_case, group, batch_shape, atol):
     """distance(x) = max|xᴴx − I| per matrix (computed independently), 0 on the group; 0 for GL,
     which is dense among the matrices."""
     name, n, block = group_case
-    group = backend.group(name, n, block)
     on = backend.numpy(group.distance(sample(backend, group, batch_shape)))
     assert on.shape == batch_shape and np.all(on <= group_atol(backend.dtype, n))
     off = ambient(12, batch_shape + (n, n), group.is_complex)
@@ -120,12 +125,9 @@ def test_distance_is_the_unitarity_defect(backend, group_case, batch_shape, atol
 
 
 @batch_shapes
-def test_packed_form_agrees_with_the_matrices(backend, group_case, batch_shape, atol):
+def test_packed_form_agrees_with_the_matrices(backend, group, tol, batch_shape, atol):
     """unpack∘pack is the identity on the group, and packed_exp / packed_mul / packed_features
     are exp∘hat / mul / features of the unpacked matrices (themselves checked against oracles)."""
-    name, n, block = group_case
-    group = backend.group(name, n, block)
-    tol = group_atol(backend.dtype, n)
     x, y = sample(backend, group, batch_shape, seed=3), sample(backend, group, batch_shape, seed=4)
     p, q = group.pack(x), group.pack(y)
     packed_reals = np.prod(p.shape[len(batch_shape):]) * (2 if group.is_complex else 1)
@@ -138,11 +140,10 @@ def test_packed_form_agrees_with_the_matrices(backend, group_case, batch_shape, 
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_mul_translates_ambient_matrices(backend, group_case, side, atol):
+def test_mul_translates_ambient_matrices(backend, group_case, group, side, atol):
     """mul(x, a) = x a and mul(a, x) = a x for an element x and any ambient a (the translations
     of proj_tangent and retr): the structured products must stay exact with one dense factor."""
     name, n, block = group_case
-    group = backend.group(name, n, block)
     x = sample(backend, group, (3,))
     a = ambient(13, (3, n, n), group.is_complex)
     got = group.mul(x, backend.array(a)) if side == "left" else group.mul(backend.array(a), x)
@@ -151,9 +152,8 @@ def test_mul_translates_ambient_matrices(backend, group_case, side, atol):
 
 
 @batch_shapes
-def test_hat_and_vee_are_inverse_and_the_basis_is_orthonormal(backend, group_case, batch_shape, atol):
+def test_hat_and_vee_are_inverse_and_the_basis_is_orthonormal(backend, group_case, group, batch_shape, atol):
     name, n, block = group_case
-    group = backend.group(name, n, block)
     assert group.dim == algebra_rank(backend, group)
     c = backend.array(np.random.default_rng(2).standard_normal(batch_shape + (group.dim,)))
     a = group.hat(c)
@@ -167,10 +167,7 @@ def test_hat_and_vee_are_inverse_and_the_basis_is_orthonormal(backend, group_cas
 
 
 @batch_shapes
-def test_exp_one_parameter_subgroup_identities(backend, group_case, batch_shape, atol):
-    name, n, block = group_case
-    group = backend.group(name, n, block)
-    tol = group_atol(backend.dtype, group.n)
+def test_exp_one_parameter_subgroup_identities(backend, group, tol, batch_shape, atol):
     a = sample_algebra(backend, group, batch_shape)
     eye = backend.numpy(group.identity(batch_shape, dtype=backend.real_dtype()))
     close(backend.numpy(group.exp(0 * a)), eye, atol)
@@ -182,10 +179,9 @@ def test_exp_one_parameter_subgroup_identities(backend, group_case, batch_shape,
 
 @batch_shapes
 @pytest.mark.parametrize("scale", [1e-8, 0.03, 1.0, 10.0, 100.0], ids=["1e-8", "0.03", "1", "10", "100"])
-def test_exp_matches_a_taylor_series_and_scipy(backend, group_case, batch_shape, scale, atol):
+def test_exp_matches_a_taylor_series_and_scipy(backend, group_case, group, batch_shape, scale, atol):
     """Batch shapes () and (1,) included: torch.linalg.matrix_exp loses digits there."""
     name, n, block = group_case
-    group = backend.group(name, n, block)
     a = sample_algebra(backend, group, batch_shape, scale=scale / max(1, group.dim) ** 0.5)
     a64 = backend.numpy(a).astype(np.complex128 if group.is_complex else np.float64)
     expected = taylor_expm(a64)
@@ -209,9 +205,8 @@ def test_inner_product_is_bi_invariant(backend, compact_case, batch_shape, atol)
 
 
 @pytest.mark.parametrize("operation", ["exp", "proj", "hat-vee", "nearest", "proj_tangent", "retr"])
-def test_batched_equals_per_element_loop(backend, group_case, operation, atol):
+def test_batched_equals_per_element_loop(backend, group_case, group, operation, atol):
     name, n, block = group_case
-    group = backend.group(name, n, block)
     batch_shape = (2, 3)
     x = sample(backend, group, batch_shape)
     a = sample_algebra(backend, group, batch_shape)
@@ -272,10 +267,8 @@ def test_nearest_special_orthogonal_fixes_the_determinant(backend, atol):
 
 
 @batch_shapes
-def test_proj_tangent_and_retr(backend, group_case, batch_shape, atol):
+def test_proj_tangent_and_retr(backend, group_case, group, tol, batch_shape, atol):
     name, n, block = group_case
-    group = backend.group(name, n, block)
-    tol = group_atol(backend.dtype, group.n)
     x = sample(backend, group, batch_shape)
     u = backend.array(ambient(10, batch_shape + (n, n), group.is_complex))
     v = group.proj_tangent(x, u)
@@ -305,9 +298,8 @@ def test_haar_trace_moment(backend, compact_case):
     assert moment == pytest.approx(HAAR_TRACE_MOMENT[name, n], abs=HAAR_MOMENT_ATOL * max(1, n / 2))
 
 
-def test_sampling_is_repeatable_from_the_seed(backend, group_case):
+def test_sampling_is_repeatable_from_the_seed(backend, group_case, group):
     name, n, block = group_case
-    group = backend.group(name, n, block)
     first, again = (backend.numpy(sample(backend, group, (4,), seed=5)) for _ in range(2))
     np.testing.assert_array_equal(first, again)
     if name not in ("SO", "SU") or n > 1:
