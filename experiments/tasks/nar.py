@@ -61,24 +61,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from experiments.tasks.sequences import require_generator, require_int
+
 IGNORE_INDEX = -100
 SLOT_SIZE = 2  # tokens per slot: (key, value) or (noise, noise)
-
-
-def _require_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return int(value)
-
-
-def _require_generator(generator):
-    if not isinstance(generator, np.random.Generator):
-        raise TypeError(
-            f"generator must be a numpy.random.Generator (numpy.random.default_rng(seed)), "
-            f"got {type(generator).__name__}"
-        )
 
 
 @dataclass(frozen=True)
@@ -103,10 +89,10 @@ class NoisyRecallConfig:
     num_noise_tokens: int = 16
 
     def __post_init__(self):
-        object.__setattr__(self, "vocab_size", _require_int("vocab_size", self.vocab_size, 1))
-        object.__setattr__(self, "length", _require_int("length", self.length, 1))
+        object.__setattr__(self, "vocab_size", require_int("vocab_size", self.vocab_size, 1))
+        object.__setattr__(self, "length", require_int("length", self.length, 1))
         object.__setattr__(
-            self, "num_noise_tokens", _require_int("num_noise_tokens", self.num_noise_tokens, 0)
+            self, "num_noise_tokens", require_int("num_noise_tokens", self.num_noise_tokens, 0)
         )
         if isinstance(self.frac_noise, bool) or not isinstance(self.frac_noise, numbers.Real):
             raise TypeError(
@@ -178,8 +164,8 @@ def sample(config, batch, generator):
     Returns:
         seqs: ``[batch, L]`` int64 token ids, slot ``s`` at positions ``2s, 2s + 1``.
     """
-    _require_generator(generator)
-    batch = _require_int("batch", batch, 1)
+    require_generator(generator)
+    batch = require_int("batch", batch, 1)
     num_keys = config.num_keys
     shown_slots = config.num_slots - 1  # every slot but the probe
     rows = np.arange(batch)
