@@ -212,29 +212,42 @@ class GPTCache(NamedTuple):
     position: int
 
 
-class LSTMLanguageModel(nn.Module):
-    """Embedding → ``torch.nn.LSTM`` → linear head.
+class _BaselineLM(nn.Module):
+    """A language model of this module, built from its config.
 
     Args:
-        config: an ``LSTMConfig``.
+        config: an instance of the subclass's ``config_class``.
         device, dtype: where and in which real floating dtype to keep the parameters.
         generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
+
+    The subclass's ``_build(config, factory)`` makes the layers (``factory``: the device and dtype
+    keywords of their constructors); ``reset_parameters(generator)`` then initializes them.
     """
+
+    config_class = None
 
     def __init__(self, config, device=None, dtype=None, generator=None):
         super().__init__()
-        if not isinstance(config, LSTMConfig):
-            raise TypeError(f"config must be an LSTMConfig, got {type(config).__name__}")
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"config must be a {self.config_class.__name__} instance, got {type(config).__name__}")
         _check_dtype(dtype)
         self.config = config
-        factory = {"device": device, "dtype": dtype}
+        self._build(config, {"device": device, "dtype": dtype})
+        self.reset_parameters(generator)
+
+
+class LSTMLanguageModel(_BaselineLM):
+    """Embedding → ``torch.nn.LSTM`` → linear head; ``config`` an ``LSTMConfig`` (see ``_BaselineLM``)."""
+
+    config_class = LSTMConfig
+
+    def _build(self, config, factory):
         hidden = config.hidden_size
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_width, **factory)
         self.lstm = nn.LSTM(config.embedding_width, hidden, num_layers=config.num_layers, batch_first=True,
                             dropout=config.dropout if config.num_layers > 1 else 0.0, **factory)
         self.dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(hidden, config.vocab_size, **factory)
-        self.reset_parameters(generator)
 
     def reset_parameters(self, generator=None):
         bound = 1.0 / math.sqrt(self.config.hidden_size)
@@ -312,22 +325,13 @@ class TransformerBlock(nn.Module):
         return x + self.dropout(self.mlp(self.mlp_norm(x))), keys, values
 
 
-class GPTLanguageModel(nn.Module):
-    """GPT-style causal Transformer LM (pre-norm; learned, rotary or ALiBi positions).
+class GPTLanguageModel(_BaselineLM):
+    """GPT-style causal Transformer LM (pre-norm; learned, rotary or ALiBi positions); ``config`` a
+    ``GPTConfig`` (see ``_BaselineLM``)."""
 
-    Args:
-        config: a ``GPTConfig``.
-        device, dtype: where and in which real floating dtype to keep the parameters.
-        generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
-    """
+    config_class = GPTConfig
 
-    def __init__(self, config, device=None, dtype=None, generator=None):
-        super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
-        _check_dtype(dtype)
-        self.config = config
-        factory = {"device": device, "dtype": dtype}
+    def _build(self, config, factory):
         self.token_embedding = nn.Embedding(config.vocab_size, config.width, **factory)
         if config.positions == "learned":
             self.position_embedding = nn.Embedding(config.max_length, config.width, **factory)
@@ -335,7 +339,6 @@ class GPTLanguageModel(nn.Module):
         self.blocks = nn.ModuleList(TransformerBlock(config, **factory) for _ in range(config.num_layers))
         self.final_norm = nn.LayerNorm(config.width, **factory)
         self.head = nn.Linear(config.width, config.vocab_size, **factory)
-        self.reset_parameters(generator)
 
     def reset_parameters(self, generator=None):
         """GPT-2's initialization (see the module docstring)."""
