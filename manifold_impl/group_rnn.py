@@ -13,6 +13,10 @@ states:
 - ``scan`` (``_scan``, input-driven only): the exponentials of all steps in one batched call and the
   running products H_0 U_1 ⋯ U_t by an associative scan (⌈log₂ T⌉ batched products).
 
+All three run on the packed state (``group.pack``; reference/groups.py): T's recurrence is
+elementwise on its diagonal ``[B, n]``, BO's runs on its ``[B, k, b, b]`` blocks, the dense groups on
+their n×n matrices; ``GroupRNNCell.packed_states`` returns the packed states, ``forward`` unpacks them.
+
 Re-projection (``reproject_every``) is ``GroupRNNCell.reproject``, called after every step by the
 loop and by the fused forward, as in the reference cell.
 """
@@ -72,32 +76,39 @@ class GroupRNNCell(nn.Module):
         return self.group.features(state)
 
     def coordinates(self, state, drive):
-        """c_t = d_t + U features(H_{t-1}) (``drive`` d_t = W e_t + b: ``[B, dim]``) before mixing."""
+        """c_t = d_t + U features(H_{t-1}) (``drive`` d_t = W e_t + b: ``[B, dim]``) before mixing, from
+        the packed state (``group.pack``; the n×n matrix itself on the dense groups)."""
         if self.state_map is None:
             return drive
-        return drive + self.state_map(self.features(state))
+        return drive + self.state_map(self.group.packed_features(state))
 
     def step(self, state, drive):
-        """One update ``[B, n, n] -> [B, n, n]`` from the drive ``[B, dim]``."""
+        """One update of the packed state ``[B, *packed]`` from the drive ``[B, dim]``."""
         group = self.group
-        return group.mul(state, group.exp(group.hat(self.mixing(self.coordinates(state, drive)))))
+        return group.packed_mul(state, group.packed_exp(self.mixing(self.coordinates(state, drive))))
 
     def reproject(self, state, index):
-        """Mirror of the reference: nearest(H_t), straight-through, if k divides ``index``."""
+        """Mirror of the reference: nearest(H_t), straight-through, if k divides ``index`` (on the
+        packed state, through the n×n matrix: only every k-th step)."""
         every = self.config.reproject_every
         if every is None or index % every:
             return state
-        fixed = state.detach()
-        return state + (self.group.nearest(fixed) - fixed)
+        group, fixed = self.group, state.detach()
+        return state + (group.pack(group.nearest(group.unpack(fixed))) - fixed)
 
     def forward(self, embedded, state, position=0):
         """``embedded: [B, T, F]``, ``state: [B, n, n]`` -> states ``[B, T, n, n]`` (H_1..H_T)."""
+        return self.group.unpack(self.packed_states(embedded, self.group.pack(state), position))
+
+    def packed_states(self, embedded, state, position=0):
+        """The recurrence on packed states: ``state: [B, *packed]`` (H_0) -> ``[B, T, *packed]``."""
         recurrence = _RECURRENCES[self.config.recurrence]
         return recurrence(self, self.input_map(embedded), state, position)
 
 
 def _loop(cell, drive, state, position):
-    """Autograd through every step. ``drive: [B, T, dim]`` -> states ``[B, T, n, n]``."""
+    """Autograd through every step. ``drive: [B, T, dim]``, packed ``state: [B, *packed]`` -> packed
+    states ``[B, T, *packed]``."""
     states = []
     for t, step in enumerate(drive.unbind(dim=1)):  # unbind: slicing T times would zero-fill T gradients
         state = cell.reproject(cell.step(state, step), position + t + 1)
@@ -108,7 +119,7 @@ def _loop(cell, drive, state, position):
 def _scan(cell, drive, state, position):
     """Input-driven updates U_t = exp(hat(mix(d_t))) in one call, then H_0 U_1 ⋯ U_t by a scan."""
     group = cell.group
-    updates = group.exp(group.hat(cell.mixing(drive)))  # [B, T, n, n]
+    updates = group.packed_exp(cell.mixing(drive))  # [B, T, *packed]
     return _prefix_products(group, torch.cat([state[:, None], updates], dim=1))[:, 1:]
 
 
@@ -127,29 +138,31 @@ _RECURRENCES = {"loop": _loop, "scan": _scan, "fused": _fused}
 
 
 class _FusedRecurrence(torch.autograd.Function):
-    """The loop over time as one autograd node.
+    """The loop over time as one autograd node, on packed states (``group.pack``: T's diagonal,
+    BO's blocks, the n×n matrix itself on the dense groups; H below stands for the packed state).
 
-    Forward, without a graph: c_t = coordinates(H_{t-1}, d_t), A_t = hat(mix(c_t)), X_t = exp(A_t),
-    H_t = reproject(H_{t-1} X_t). Only the exponential records its intermediates (a one-node graph
-    per step, or one for all steps when the update does not depend on the state), since its
-    written-out backward (``linalg._TaylorExp`` or the group's own) needs them. Kept for the
-    backward: the states (the output itself), c_t (recurrent only) and those exponentials; with
-    ``keep_state_every = k`` instead only every k-th state (and the state before each
-    re-projection, the last one, and c_t), the rest rebuilt below.
+    Forward, without a graph: c_t = coordinates(H_{t-1}, d_t), m_t = mix(c_t),
+    X_t = packed_exp(m_t) (= pack(exp(hat(m_t)))), H_t = reproject(H_{t-1} X_t). Only the exponential
+    records its intermediates (a one-node graph per step, or one for all steps when the update does
+    not depend on the state), since its backward (hat's and ``linalg._TaylorExp``'s or the group's
+    own closed form) needs them. Kept for the backward: the states (the output itself), c_t
+    (recurrent only) and those exponentials; with ``keep_state_every = k`` instead only every k-th
+    state (and the state before each re-projection, the last one, and c_t), the rest rebuilt below.
 
     Backward, one reverse loop, ḡ denoting torch's gradient (∂L/∂Re + i ∂L/∂Im):
         ḡ_{H_t} += ∂L/∂H_t                  (re-projection is straight-through: the identity)
         ḡ_{X_t} = H_{t-1}ᴴ ḡ_{H_t},  ḡ_{H_{t-1}} = ḡ_{H_t} X_tᴴ      (H_t = H_{t-1} X_t)
-        ḡ_{A_t} = the exponential's VJP at A_t applied to ḡ_{X_t}
-        ḡ_{m_t} = vee(Π ḡ_{A_t})             (hat is an isometry onto g, its adjoint vee ∘ Π)
+        ḡ_{m_t} = the VJP of packed_exp at m_t applied to ḡ_{X_t} (on the dense groups hat's adjoint
+                  vee ∘ Π after the exponential's VJP)
         ḡ_{c_t} = α ḡ_{m_t} + Q Pᵀ ḡ_{m_t}    (mix(c) = α c + P Qᵀ c)
-        ḡ_{H_{t-1}} += features*(Uᵀ ḡ_{c_t})  (recurrent only)
+        ḡ_{H_{t-1}} += packed_features*(Uᵀ ḡ_{c_t})  (recurrent only)
     then in one product each over all steps: ḡ_U = Σ_t ḡ_{c_t} features(H_{t-1})ᵀ, ḡ_α = Σ_t ḡ_{m_t}·c_t,
     ḡ_P = Σ_t ḡ_{m_t} (Qᵀ c_t)ᵀ, ḡ_Q = Σ_t c_t (Pᵀ ḡ_{m_t})ᵀ; ḡ_{d_t} = ḡ_{c_t}. Products go through
-    ``group.mul`` (the VJP of a product restricted to the group's support is the same restricted
-    product) and ``dagger``, not ``group.inv`` (on GL the adjoint is the transpose, not the
-    inverse). With ``keep_state_every``, H_{t-1} = H_t X_tᴴ (compact groups) unless H_{t-1} is kept;
-    U's gradient is then summed step by step.
+    ``group.packed_mul`` (the VJP of a product restricted to the group's support is the same
+    restricted product: elementwise on T, per block on BO) and the packed adjoint
+    (``_packed_adjoint``), not ``group.inv`` (on GL the adjoint is the transpose, not the inverse).
+    With ``keep_state_every``, H_{t-1} = H_t X_tᴴ (compact groups) unless H_{t-1} is kept; U's
+    gradient is then summed step by step.
     """
 
     @staticmethod
@@ -160,7 +173,7 @@ class _FusedRecurrence(torch.autograd.Function):
         drive = drive.transpose(0, 1)  # time-major [T, B, dim], as every buffer below: [t] is contiguous
         coordinates = torch.empty_like(drive, memory_format=torch.contiguous_format) if recurrent else drive
         batched = keep_graphs and not recurrent  # every update at once (not when memory is to stay flat)
-        leaves, updates = _exponentials(group, group.hat(cell.mixing(drive)), True) if batched else ([], [])
+        leaves, updates = _exponentials(group, cell.mixing(drive), True) if batched else ([], [])
         kept, current = {0: state}, state  # keep_state_every: the states the backward does not rebuild
         for t in range(length):
             if recurrent:
@@ -168,14 +181,14 @@ class _FusedRecurrence(torch.autograd.Function):
             if batched:
                 update = updates[t]
             else:
-                leaf, update = _exponentials(group, group.hat(cell.mixing(coordinates[t])), keep_graphs)
+                leaf, update = _exponentials(group, cell.mixing(coordinates[t]), keep_graphs)
                 if keep_graphs:
                     leaves.append(leaf)
                     updates.append(update)
             index = position + t + 1
             if not keep_graphs and reproject is not None and index % reproject == 0:
                 kept[t] = current  # H_{t+1} = nearest(H_t X_{t+1}): no exact reverse step to H_t
-            current = cell.reproject(group.mul(current, update), index)
+            current = cell.reproject(group.packed_mul(current, update), index)
             states[:, t] = current
             if not keep_graphs and (t + 1) % every == 0:
                 kept[t + 1] = current
@@ -202,7 +215,8 @@ class _FusedRecurrence(torch.autograd.Function):
             leaves, updates = rest[:length], rest[length:]
         else:
             leaves, updates = rest
-        lift = _features_adjoint(cell, state_weight, state) if recurrent else None
+        lift = _features_adjoint(group, state_weight, state) if recurrent else None
+        adjoint = _packed_adjoint(group)
         grad_mixed = coordinates.new_empty(coordinates.shape)  # ḡ_{m_t}, time-major
         grad_coordinates = coordinates.new_empty(coordinates.shape) if recurrent else None  # ḡ_{c_t}
         grad_updates = None if recurrent or rebuild else torch.empty_like(updates)
@@ -212,48 +226,57 @@ class _FusedRecurrence(torch.autograd.Function):
         for t in reversed(range(length)):
             grad_state = grad_state + grad_states[:, t]
             if rebuild:  # X_t recomputed, with the graph its VJP needs; H_{t-1} kept or rebuilt
-                leaf, update = _exponentials(group, group.hat(cell.mixing(coordinates[t])), True)
-                previous = kept[t] if t in kept else group.mul(current, dagger(update))
+                leaf, update = _exponentials(group, cell.mixing(coordinates[t]), True)
+                previous = kept[t] if t in kept else group.packed_mul(current, adjoint(update))
                 current = previous
             else:
                 leaf, update = (leaves[t] if recurrent else None), updates[t]
                 previous = state if t == 0 else states[:, t - 1]
-            grad_update = group.mul(dagger(previous), grad_state)
-            grad_state = group.mul(grad_state, dagger(update))
+            grad_update = group.packed_mul(adjoint(previous), grad_state)
+            grad_state = group.packed_mul(grad_state, adjoint(update))
             if grad_updates is not None:  # input-driven, kept graphs: one exponential VJP after the loop
                 grad_updates[t] = grad_update
                 continue
-            grad_mixed[t] = _algebra_vjp(group, update, leaf, grad_update)
+            grad_mixed[t] = _exponential_vjp(update, leaf, grad_update)
             if recurrent:
                 grad_coordinates[t] = _mixing_vjp(grad_mixed[t], step_size, left, right)
                 grad_state = grad_state + _combine(grad_coordinates[t], lift)
                 if grad_weight is not None:
-                    grad_weight += grad_coordinates[t].T @ cell.features(previous)
+                    grad_weight += grad_coordinates[t].T @ group.packed_features(previous)
         if grad_updates is not None:
-            grad_mixed = _algebra_vjp(group, updates, leaves, grad_updates)
+            grad_mixed = _exponential_vjp(updates, leaves, grad_updates)
         if not recurrent:
             grad_coordinates = _mixing_vjp(grad_mixed, step_size, left, right)
         if state_weight is not None and grad_weight is None:  # one product over all steps
-            previous = cell.features(torch.cat([state[None], states.transpose(0, 1)[:-1]]))  # [T, B, m]
+            previous = group.packed_features(torch.cat([state[None], states.transpose(0, 1)[:-1]]))  # [T, B, m]
             grad_weight = grad_coordinates.flatten(0, 1).T @ previous.flatten(0, 1)
         grad_step, grad_left, grad_right = _mixing_parameter_vjp(coordinates, grad_mixed, step_size, left, right)
         return (None, None, grad_coordinates.transpose(0, 1), grad_state, grad_weight, grad_step, grad_left,
                 grad_right)
 
 
-def _exponentials(group, algebra, keep_graph):
-    """``(A, exp(A))``; with ``keep_graph`` A is a leaf and exp(A) keeps the graph of its VJP."""
+def _exponentials(group, mixed, keep_graph):
+    """``(m, packed_exp(m))`` of coordinates m; with ``keep_graph`` m is a leaf and the packed
+    exponential keeps the graph of its VJP."""
     if not keep_graph:
-        return None, group.exp(algebra)
-    leaf = algebra.detach().requires_grad_()
+        return None, group.packed_exp(mixed)
+    leaf = mixed.detach().requires_grad_()
     with torch.enable_grad():
-        return leaf, group.exp(leaf)
+        return leaf, group.packed_exp(leaf)
 
 
-def _algebra_vjp(group, update, leaf, grad_update):
-    """ḡ_m = vee(Π ḡ_A) for ḡ_A the exponential's VJP (its own written-out backward) at ``leaf``."""
-    (grad_algebra,) = torch.autograd.grad(update, leaf, grad_update, retain_graph=True)
-    return group.vee(group.proj(grad_algebra))
+def _exponential_vjp(update, leaf, grad_update):
+    """ḡ_m: the VJP of m ↦ packed_exp(m) at ``leaf`` (hat's adjoint vee ∘ Π, then the exponential's own
+    written-out backward on the dense groups; elementwise or per block on T and BO)."""
+    (grad_mixed,) = torch.autograd.grad(update, leaf, grad_update, retain_graph=True)
+    return grad_mixed
+
+
+def _packed_adjoint(group):
+    """p ↦ pack(unpack(p)ᴴ) without an n×n matrix: the conjugate where the packed form is a diagonal
+    (T: ``[..., n]``), the adjoint of each matrix where it is one matrix or a stack of blocks."""
+    diagonal_form = group.pack(group.identity()).dim() == 1
+    return torch.conj if diagonal_form else dagger
 
 
 def _mixing_vjp(grad, step_size, left, right):
@@ -275,19 +298,21 @@ def _mixing_parameter_vjp(c, grad, step_size, left, right):
     return grad_step, grad.T @ (c @ right), c.T @ (grad @ left)
 
 
-def _features_adjoint(cell, weight, like):
-    """``[dim, n, n]``: row k is features*(U_k), so Σ_k g_k features*(U_k) is ḡ_H of g · U features(H).
+def _features_adjoint(group, weight, like):
+    """``[dim, *packed]``: row k is packed_features*(U_k), so Σ_k g_k packed_features*(U_k) is ḡ_p of
+    g · U packed_features(p) (``like``: a packed state ``[B, *packed]``).
 
-    features is linear, so its VJP at any point (here 0) is its adjoint.
+    packed_features is linear, so its VJP at any point (here 0) is its adjoint.
     """
-    probe = like.new_zeros((weight.shape[0],) + tuple(like.shape[-2:])).requires_grad_()
+    probe = like.new_zeros((weight.shape[0],) + tuple(like.shape[1:])).requires_grad_()
     with torch.enable_grad():
-        (lift,) = torch.autograd.grad(cell.features(probe), probe, weight)
+        (lift,) = torch.autograd.grad(group.packed_features(probe), probe, weight)
     return lift
 
 
 def _combine(weights, matrices):
-    """Σ_k weights[:, k] matrices[k]: real ``[B, dim]`` and ``[dim, n, n]`` (real or complex) -> ``[B, n, n]``."""
+    """Σ_k weights[:, k] matrices[k]: real ``[B, dim]`` and ``[dim, *packed]`` (real or complex) ->
+    ``[B, *packed]``."""
     if not matrices.is_complex():
         return (weights @ matrices.flatten(1)).unflatten(-1, matrices.shape[1:])
     pairs = weights @ torch.view_as_real(matrices).flatten(1)
@@ -295,7 +320,7 @@ def _combine(weights, matrices):
 
 
 def _prefix_products(group, factors):
-    """Running products ``P_t = F_0 F_1 ⋯ F_t`` of ``factors: [B, T, n, n]`` along axis 1.
+    """Running products ``P_t = F_0 F_1 ⋯ F_t`` of packed ``factors: [B, T, *packed]`` along axis 1.
 
     Hillis–Steele scan: in round k every P_t with t ≥ 2^k becomes P_{t−2^k} P_t, so after
     ⌈log₂ T⌉ rounds of one batched product each P_t holds all its factors, left to right (the
@@ -304,7 +329,7 @@ def _prefix_products(group, factors):
     """
     length, shift = factors.shape[1], 1
     while shift < length:
-        factors = torch.cat([factors[:, :shift], group.mul(factors[:, :-shift], factors[:, shift:])], dim=1)
+        factors = torch.cat([factors[:, :shift], group.packed_mul(factors[:, :-shift], factors[:, shift:])], dim=1)
         shift *= 2
     return factors
 
