@@ -15,7 +15,7 @@ states:
 
 All three run on the packed state (``group.pack``; reference/groups.py): T's recurrence is
 elementwise on its diagonal ``[B, n]``, BO's runs on its ``[B, k, b, b]`` blocks, the dense groups on
-their n×n matrices; ``GroupRNNCell.packed_states`` returns the packed states, ``forward`` unpacks them.
+their n×n matrices; ``GroupRNNCell._packed_states`` returns the packed states, ``forward`` unpacks them.
 
 Re-projection (``reproject_every``) is ``GroupRNNCell.reproject``, called after every step by the
 loop and by the fused forward, as in the reference cell.
@@ -98,9 +98,9 @@ class GroupRNNCell(nn.Module):
 
     def forward(self, embedded, state, position=0):
         """``embedded: [B, T, F]``, ``state: [B, n, n]`` -> states ``[B, T, n, n]`` (H_1..H_T)."""
-        return self.group.unpack(self.packed_states(embedded, self.group.pack(state), position))
+        return self.group.unpack(self._packed_states(embedded, self.group.pack(state), position))
 
-    def packed_states(self, embedded, state, position=0):
+    def _packed_states(self, embedded, state, position=0):
         """The recurrence on packed states: ``state: [B, *packed]`` (H_0) -> ``[B, T, *packed]``."""
         recurrence = _RECURRENCES[self.config.recurrence]
         return recurrence(self, self.input_map(embedded), state, position)
@@ -390,8 +390,10 @@ class GroupRNN(nn.Module):
             cache = check_cache(cache, GroupRNNCache)
             check_state(self.group, cache.state, batch)
             state, position = cache.state, cache.position
-        states = self.cell(self.embedding(tokens), state, position)
-        return self.readout(states), GroupRNNCache(states[:, -1], position + tokens.shape[1], states)
+        packed = self.cell._packed_states(self.embedding(tokens), self.group.pack(state), position)
+        states = self.group.unpack(packed)  # for the cache only: the readout reads the packed features
+        logits = self.readout._from_features(self.group.packed_features(packed))
+        return logits, GroupRNNCache(states[:, -1], position + tokens.shape[1], states)
 
 
 class GroupRNNLayer(nn.Module):
@@ -451,8 +453,8 @@ class GroupRNNLayer(nn.Module):
             state = self.cell.initial_state.expand(sequences.shape[0], -1, -1)
         else:
             state = check_state(self.group, state if batched else state[None], sequences.shape[0])
-        states = self.cell(sequences, state)  # [B, T, n, n]
-        output = self.cell.features(states)
+        packed = self.cell._packed_states(sequences, self.group.pack(state))  # [B, T, *packed]
+        output, final = self.group.packed_features(packed), self.group.unpack(packed[:, -1])
         if not batched:
-            return output[0], states[0, -1]
-        return (output if self.batch_first else output.transpose(0, 1)), states[:, -1]
+            return output[0], final[0]
+        return (output if self.batch_first else output.transpose(0, 1)), final

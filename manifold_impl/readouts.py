@@ -30,7 +30,12 @@ class LinearReadout(nn.Module):
         nn.init.zeros_(self.bias)
 
     def forward(self, states):
-        return F.linear(self.group.features(states), self.weight, self.bias)
+        return self._from_features(self.group.features(states))
+
+    def _from_features(self, features):
+        """``features(H): [..., m] -> logits: [..., V]`` (what ``forward`` computes after features; a
+        caller holding packed states passes ``group.packed_features`` and never forms H)."""
+        return F.linear(features, self.weight, self.bias)
 
 
 class PrototypeReadout(nn.Module):
@@ -51,8 +56,11 @@ class PrototypeReadout(nn.Module):
             self.temperature.fill_(1.0 / math.sqrt(self.group.n))
 
     def forward(self, states):
-        similarity = self.group.features(states) @ self.group.features(self.prototypes).T  # [..., V]
-        return self.temperature * similarity
+        return self._from_features(self.group.features(states))
+
+    def _from_features(self, features):
+        """``features(H): [..., m] -> logits: [..., V]``, as ``LinearReadout._from_features``."""
+        return self.temperature * (features @ self.group.features(self.prototypes).T)  # [..., V]
 
 
 READOUTS = {"linear": LinearReadout, "prototype": PrototypeReadout}
