@@ -286,6 +286,13 @@ def _closed_form(formula, a):
     return formula(a) if wide is None else formula(a.to(wide)).to(a.dtype)
 
 
+def _rotation_blocks(c):
+    """The 2×2 rotations by φ_j = c_j/√2 for ``c: [..., k]`` -> ``[..., k, 2, 2]``."""
+    angle = c / math.sqrt(2)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    return torch.stack([cos, sin, -sin, cos], dim=-1).unflatten(-1, (2, 2))
+
+
 def _orthogonal_exp(a):
     """exp on so(m) for ``a: [..., m, m]``: the closed form for m = 2, 3, else the general one."""
     formula = {2: _exp_rotation, 3: _exp_rodrigues}.get(a.shape[-1])
@@ -555,11 +562,10 @@ class BlockOrthogonal(Group):
     def packed_exp(self, c):
         """Per block, from O(b)'s coordinates, in closed form for b = 2, 3 (no n×n matrix). For
         b = 2 block j is the rotation by φ = c_j/√2 (its generator has ±c_j/√2 off the diagonal),
-        written straight from cos φ and sin φ."""
+        written straight from cos φ and sin φ, evaluated wider and rounded once like the other closed
+        forms (``_closed_form``)."""
         if self.block == 2:
-            angle = c / math.sqrt(2)
-            cos, sin = torch.cos(angle), torch.sin(angle)
-            return torch.stack([cos, sin, -sin, cos], dim=-1).unflatten(-1, (2, 2))
+            return _closed_form(_rotation_blocks, c)
         blocks = c.unflatten(-1, (self.n // self.block, self._block_group.dim))
         return _orthogonal_exp(self._block_group.hat(blocks))
 
