@@ -197,6 +197,8 @@ class GroupRNNLayer(SpecModel):
         self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
                                        reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
                                        recurrence=recurrence, keep_state_every=keep_state_every)
+        if not isinstance(batch_first, bool):
+            raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
         self.batch_first = batch_first
         self.group = get_group(group, n, block)
         self.cell = GroupRNNCell(self.config, self.group)
