@@ -335,18 +335,26 @@ def _prefix_products(group, factors):
 
 
 class GroupRNNCache(NamedTuple):
-    """State and position to continue a sequence, and the states of the call that returned it;
-    mirror of reference.group_rnn.GroupRNNCache.
+    """State and position to continue a sequence, and the states of the call that returned it,
+    packed (``states`` unpacks them when read); mirror of reference.group_rnn.GroupRNNCache.
 
     Attributes:
         state: [B, n, n] H_p.
         position: p, the global index of the next token.
-        states: [B, T, n, n] every state of the call that returned this cache (not read by ``forward``).
+        packed_states: [B, T, *packed] every state of the call that returned this cache, in the
+            group's packed form (not read by ``forward``).
+        group: the group that unpacks them.
     """
 
     state: torch.Tensor
     position: int
-    states: torch.Tensor | None = None
+    packed_states: torch.Tensor | None = None
+    group: object = None
+
+    @property
+    def states(self):
+        """[B, T, n, n] every state of the call that returned this cache, or None."""
+        return None if self.packed_states is None else self.group.unpack(self.packed_states)
 
 
 class GroupRNN(nn.Module):
@@ -391,9 +399,9 @@ class GroupRNN(nn.Module):
             check_state(self.group, cache.state, batch)
             state, position = cache.state, cache.position
         packed = self.cell._packed_states(self.embedding(tokens), self.group.pack(state), position)
-        states = self.group.unpack(packed)  # for the cache only: the readout reads the packed features
         logits = self.readout._from_features(self.group.packed_features(packed))
-        return logits, GroupRNNCache(states[:, -1], position + tokens.shape[1], states)
+        final = self.group.unpack(packed[:, -1])
+        return logits, GroupRNNCache(final, position + tokens.shape[1], packed, self.group)
 
 
 class GroupRNNLayer(nn.Module):

@@ -130,14 +130,26 @@ class GroupRNNCache(NamedTuple):
         state: [B, n, n] H_p, the state after the first p tokens.
         position: p, the global index of the next token (counts tokens from 0; it decides when
             ``reproject_every`` re-projects).
-        states: [B, T, n, n] H_{p−T+1}..H_p, every state of the call that returned this cache
-            (drift measurements, the parity check that every state lies on G); ``forward`` does not
-            read it, so a cache built by hand may leave it None.
+        packed_states: [B, T, *packed] H_{p−T+1}..H_p in the group's packed form (``Group.pack``:
+            T's diagonal, BO's blocks, the matrix itself for dense groups), every state of the
+            call that returned this cache; ``forward`` does not read it, so a cache built by hand
+            may leave it None.
+        group: the group that unpacks them.
+
+    ``states`` ([B, T, n, n], drift measurements, the parity check that every state lies on G)
+    unpacks ``packed_states`` when it is read: for the structured groups the dense matrices are
+    mostly zeros, and training never needs them.
     """
 
     state: object
     position: int
-    states: object = None
+    packed_states: object = None
+    group: object = None
+
+    @property
+    def states(self):
+        """[B, T, n, n] every state of the call that returned this cache, or None."""
+        return None if self.packed_states is None else self.group.unpack(self.packed_states)
 
 
 class GroupRNN(SpecModel):
@@ -166,7 +178,8 @@ class GroupRNN(SpecModel):
                 one built by hand with a state on G and a position; None: start at H_0, position 0.
 
         Returns:
-            logits [B, T, V] and ``GroupRNNCache(H_{p+T}, p + T, states H_{p+1}..H_{p+T} [B, T, n, n])``.
+            logits [B, T, V] and ``GroupRNNCache(H_{p+T}, p + T, packed states H_{p+1}..H_{p+T}, group)``
+            (its ``states`` unpacks them to [B, T, n, n]).
         """
         tokens = check_tokens(tokens, self.config.vocab_size)
         batch = tokens.shape[0]
@@ -178,7 +191,7 @@ class GroupRNN(SpecModel):
             state, position = cache.state, cache.position
         embedded = params["embedding.weight"][tokens]  # [B, T, F]
         states = self.cell(sub_params(params, "cell."), embedded, state, position)  # [B, T, n, n]
-        cache = GroupRNNCache(states[:, -1], position + tokens.shape[1], states)
+        cache = GroupRNNCache(states[:, -1], position + tokens.shape[1], self.group.pack(states), self.group)
         return self.readout(sub_params(params, "readout."), states), cache
 
 
