@@ -83,3 +83,17 @@ def test_compile_probe_runs_and_its_compiled_exponential_is_exact(tmp_path):
     assert compile_probe.main(["--quick", "--out", str(tmp_path)]) == 0
     (record,) = json.loads((tmp_path / "compile_probe_quick.json").read_text())["rows"]
     assert record["max_error"] < 1e-5
+
+
+@pytest.mark.slow
+def test_quick_memory_benchmark_writes_every_mode_and_the_gradient_error(tmp_path):
+    from experiments.bench import memory
+
+    memory.main(["--quick", "--out", str(tmp_path)])
+    record = json.loads((tmp_path / "memory_quick.json").read_text())
+    measured = [r for r in record["rows"] if "peak" in r]
+    assert {(r["mode"], r["recurrent"]) for r in measured} == \
+        {(mode, recurrent) for mode in memory.MODES for recurrent in (True, False)} - {("loop", False)}
+    assert all(r["peak"] > 0 for r in measured)
+    errors = [r["float32_gradient_error"] for r in record["rows"] if "float32_gradient_error" in r]
+    assert len(errors) == 4 and all(0 < e < 1e-3 for e in errors)

@@ -2,7 +2,7 @@
 (``loop``, ``fused``) against rebuilding them in reverse (``fused`` with ``keep_state_every``), and
 the float32 gradient error of the rebuilding mode.
 
-    python -m experiments.bench.memory [--quick]
+    python -m experiments.bench.memory [--quick]   # -> experiments/results/bench/memory.json
 
 Each (recurrence, length) runs one forward and backward pass of the cell (O(16), batch 8, the
 loss Σ_t ‖H_t‖²) in a fresh process, on the CPU, one thread, and reports from Linux's
@@ -20,9 +20,11 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
+from experiments.bench.timing import machine_record
 from manifold_impl.group_rnn import GroupRNN
 from reference.config import GroupRNNConfig
 
@@ -103,13 +105,20 @@ def run(quick=False):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short lengths (a smoke test)")
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
     parser.add_argument("--child", nargs=3, metavar=("MODE", "LENGTH", "RECURRENT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         mode, length, recurrent = args.child
         _child(mode, int(length), recurrent == "True")
     else:
-        run(args.quick)
+        rows = run(args.quick)
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / ("memory_quick.json" if args.quick else "memory.json")
+        record = {"config": dataclasses.asdict(CONFIG), "batch": BATCH, "machine": machine_record(torch.device("cpu")),
+                  "rows": rows}
+        path.write_text(json.dumps(record, indent=2))
+        print(f"saved {path}")
 
 
 if __name__ == "__main__":

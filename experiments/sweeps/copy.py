@@ -6,14 +6,15 @@ reported next to the memoryless baseline 10·ln 8/(T + 20).
     python -m experiments.sweep copy --workers 2 --out experiments/results/state_tracking/copy
     python -m experiments.tracking_report experiments/results/state_tracking/copy
 
-Budget. A training step's cost grows with T: timed single-threaded on the shared machine at 20k
-parameters, batch 8 × 2020 tokens took 0.3 s (LSTM), 0.6 s (GPT), 1.6 s (mLSTM), 2.4–6.8 s (the
-recurrent group RNNs), 9 s (group Transformer), 18–26 s (the input-driven group RNNs, whose scan
-multiplies log₂T rounds of n×n matrices at n = 19–42) and 35 s (mLSTM-NS). So this preset is
-smaller: ``BUDGET`` parameters, batch ``BATCH``, and a token budget per run (``steps``: about
-``TOKENS`` training tokens, at least ``MIN_STEPS`` steps), which leaves the long delays
-under-trained: at T ≥ 1000 a result below the baseline is a finding, one at it is not. The
-mLSTM-NS arm runs at T = 100 only (its read costs 20× the plain one per position).
+Budget. A training step's cost grows with T. Timed single-threaded beside a 2-worker sweep at 8k
+parameters, batch 8 × 2020 tokens, at revision e93958d: 0.13–0.14 s (the input-driven T and BO
+RNNs), 1.1–1.2 s (input-driven SO and U, run by the fused loop, 1.5–2× faster than the scan at this
+length), 1.7 s (recurrent SO), 4.1 s (group Transformer); the mLSTM-NS read costs about 20× the
+plain one per position. So every run gets the same token budget (``steps``: about ``TOKENS``
+training tokens, at least ``MIN_STEPS`` steps) at ``BUDGET`` parameters and batch ``BATCH``: about
+35 minutes for the whole preset with 2 workers. That leaves the long delays under-trained: at
+T ≥ 1000 a result below the baseline is a finding, one at it is not. The mLSTM-NS arm runs at
+T = 100 only.
 """
 
 from experiments.sweeps.tracking import arms, sweep_runs, training
