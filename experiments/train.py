@@ -483,8 +483,8 @@ def run(config, directory, argv=None):
         config.train, device=resolve_device(config.train.device)))
     training = Run(directory, config)
     if training.checkpoint_path.exists():
-        saved = json.loads((directory / "config.json").read_text())
-        if saved != json.loads(json.dumps(config.to_json())):
+        saved = RunConfig.from_json(json.loads((directory / "config.json").read_text()))  # fields added since: defaults
+        if json.loads(json.dumps(saved.to_json())) != json.loads(json.dumps(config.to_json())):
             raise ValueError(f"{directory} holds a checkpoint of a different run (see its config.json)")
         training.load_checkpoint()
     else:

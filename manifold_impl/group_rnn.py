@@ -19,6 +19,9 @@ their n×n matrices; ``GroupRNNCell._packed_states`` returns the packed states, 
 
 Re-projection (``reproject_every``) is ``GroupRNNCell.reproject``, called after every step by the
 loop and by the fused forward, as in the reference cell.
+
+``config.input_init = "spread"``: ``GroupRNN.reset_parameters`` fits W, b and E to
+``spread_updates`` after the default draws, from the same generator (math in the reference).
 """
 
 from __future__ import annotations
@@ -44,6 +47,45 @@ RECURRENT_GAIN = 0.05  # mirror of reference.group_rnn.RECURRENT_GAIN
 def drive_scale(group):
     """Mirror of reference.group_rnn.drive_scale: 1 on compact groups, 0.1 on GL."""
     return 1.0 if group.is_compact else 0.1
+
+
+def _plane_rotations(angles, size):
+    """Mirror of the reference: ⊕_i θ_i J, ``angles [..., size // 2] -> [..., size, size]``."""
+    planes = angles.new_zeros(angles.shape[:-1] + (size, size))
+    i = torch.arange(angles.shape[-1], device=angles.device)
+    planes[..., 2 * i + 1, 2 * i], planes[..., 2 * i, 2 * i + 1] = angles, -angles
+    return planes
+
+
+def spread_updates(group, count, generator=None, dtype=None, device=None):
+    """Mirror of ``reference.group_rnn.spread_updates``: (coordinates ``[count, dim g]``, angles
+    ``[count, m]``) in the real precision ``dtype`` (default float64), drawn from ``generator``."""
+    if not group.is_compact:
+        raise ValueError(f"spread_updates needs a compact group, got {group!r}")
+    n, real = group.n, torch.float64 if dtype is None else dtype
+    factory = {"dtype": real, "device": device}
+    if not group.is_complex:
+        size = getattr(group, "block", n)
+        frame_group = get_group("O", size)
+        angles = math.pi * torch.rand((count, n // size, size // 2), generator=generator, **factory)
+        frames = frame_group.random((count, n // size), generator=generator, **factory)
+        algebra = frames @ _plane_rotations(angles, size) @ frames.transpose(-1, -2)
+        return frame_group.vee(algebra).reshape(count, group.dim), angles.reshape(count, -1)
+    angles = math.pi * torch.rand((count, n // 2 if group.name == "SU" else n), generator=generator, **factory)
+    if group.name == "T":
+        return angles, angles
+    phases = angles if group.name == "U" else torch.cat([angles, -angles, angles.new_zeros(count, n % 2)], dim=-1)
+    frames = get_group("U", n).random((count,), generator=generator, **factory)
+    return group.vee((frames * torch.complex(torch.zeros_like(phases), phases)[..., None, :]) @ dagger(frames)), angles
+
+
+def fit_input_map(embedding, weight, targets):
+    """Mirror of ``reference.group_rnn.fit_input_map``: (embedding ``[V, F]``, weight ``[dim g, F]``)
+    with W e_v = c_v (``targets [V, dim g]``) where possible, else W by least squares."""
+    vocab, features = embedding.shape
+    if features < vocab and targets.shape[1] <= features:
+        return targets @ torch.linalg.pinv(weight).T, weight
+    return embedding, (torch.linalg.pinv(embedding) @ targets).T
 
 
 class GroupRNNCell(nn.Module):
@@ -378,10 +420,19 @@ class GroupRNN(nn.Module):
         self.reset_parameters(generator)
 
     def reset_parameters(self, generator=None):
-        """The reference's initial distributions (reference.group_rnn.GroupRNN.param_spec)."""
+        """The reference's initial distributions (reference.group_rnn.GroupRNN.init_params), ``spread``
+        included: its input map fitted after the default draws, from the same generator."""
         nn.init.normal_(self.embedding.weight, generator=generator)
         self.cell.reset_parameters(generator)
         self.readout.reset_parameters(generator)
+        if self.config.input_init == "spread":
+            embedding, weight = self.embedding.weight, self.cell.input_map.weight
+            targets, _ = spread_updates(self.group, self.config.vocab_size, generator, weight.dtype, weight.device)
+            with torch.no_grad():
+                fitted = fit_input_map(embedding, weight, targets)
+                embedding.copy_(fitted[0])
+                weight.copy_(fitted[1])
+                self.cell.input_map.bias.zero_()
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
         """``nn.Module.load_state_dict`` after checking that group-valued entries lie on G."""

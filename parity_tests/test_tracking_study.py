@@ -40,7 +40,7 @@ def test_state_tracking_preset_covers_every_cell_arm_and_seed_at_the_budget(pres
         cells.setdefault(cell, {}).setdefault(arm, []).append(run)
     assert set(cells) == {"parity", "mod3", "S3", "A5", "S5"}
     for cell, arms in cells.items():
-        remedies = {f"rnn-{g}-input-curriculum" for g in ("SO", "U", "T", "BO")}
+        remedies = {f"rnn-{g}-input-{remedy}" for g in ("SO", "U", "T", "BO") for remedy in ("curriculum", "spread")}
         assert set(arms) == ARMS | remedies, cell
         budget = state_tracking.CELLS[cell][3]
         for arm, arm_runs in arms.items():

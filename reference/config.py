@@ -21,6 +21,7 @@ GROUP_NAMES = tuple(GROUPS)
 READOUTS = ("linear", "prototype")
 MIXINGS = ("none", "scalar", "lowrank")
 RECURRENCES = ("loop", "scan", "fused")  # how the torch group RNN runs its loop over time
+INPUT_INITS = ("default", "spread")  # initialization of the group RNN's input map (GroupRNNConfig.input_init)
 
 
 @functools.lru_cache(maxsize=256)
@@ -84,6 +85,14 @@ def _validate_recurrence_fields(config):
                              "H_{t-1} = H_t exp(A_t)^-1 in reverse is not an isometry and its rounding error is unbounded")
 
 
+def _validate_input_init(config):
+    """input_init of a group RNN config: ``spread`` needs a compact group (its angles are rotation angles)."""
+    _require_choice("input_init", config.input_init, INPUT_INITS)
+    if config.input_init == "spread" and not config.state_group.is_compact:
+        raise ValueError(f"input_init='spread' needs a compact group, not {config.group!r}: it spreads the "
+                         "rotation angles of the updates over [0, π], and GL's updates are not rotations")
+
+
 class _GroupState:
     """Properties shared by the configs of the group-state models (fields group, n, block), all
     read from the group."""
@@ -131,6 +140,10 @@ class GroupRNNConfig(_GroupState):
         keep_state_every: ``fused`` only, compact groups only: instead of keeping every state
             for the backward pass, keep every k-th and rebuild the others in reverse from
             H_{t-1} = H_t · exp(A_t)ᴴ (None: keep every state).
+        input_init: initialization of the input map (``INPUT_INITS``): ``default`` (W ~ N(0, 1/(F·dim g)),
+            b = 0) or ``spread`` (the default draws, then W, b and, where needed, the embedding set so
+            that every token's update has rotation angles drawn uniformly in [0, π]; compact groups
+            only; see ``reference.group_rnn.spread_updates`` and ``fit_input_map``).
     """
 
     vocab_size: int
@@ -145,6 +158,7 @@ class GroupRNNConfig(_GroupState):
     mixing_rank: int | None = None
     recurrence: str = "fused"
     keep_state_every: int | None = None
+    input_init: str = "default"
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
@@ -157,6 +171,7 @@ class GroupRNNConfig(_GroupState):
             _require_int("reproject_every", self.reproject_every, 1)
         _validate_mixing_fields(self)
         _validate_recurrence_fields(self)
+        _validate_input_init(self)
 
 
 def rnn_layer_config(input_size, group, n, **cell_options):

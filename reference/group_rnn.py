@@ -34,6 +34,13 @@ Parameters (keys and shapes = the torch ``state_dict``; m = group.num_features):
     cell.state_map.weight   [dim g, m]   U (recurrent only)
     cell.mixing.*                        see reference.mixing
     readout.*                            see reference.readouts
+
+``config.input_init = "spread"`` (``GroupRNN.init_params``): after the default draws, token v's
+update c_v = W e_v + b is set to the coordinates of ``spread_updates`` (rotation angles uniform in
+[0, π]) by ``fit_input_map``; at init the mixing is the identity and nothing scales W e + b on its way
+to exp (``drive_scale`` is an init scale, 1 on the compact groups ``spread`` allows; the map learning
+rates of ``reference.config.map_lr_scales`` act on the optimizer only), so A_v = hat(c_v) on the
+input-driven model (the recurrent model adds its U term to it).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from autograd.tracer import getval
 
 from reference.config import rnn_layer_config
 from reference.groups import get_group
+from reference.linalg import dagger
 from reference.mixing import TangentMixing
 from reference.params import ParamSpec, SpecModel, prefixed, sub_params
 from reference.readouts import READOUTS
@@ -58,6 +66,81 @@ RECURRENT_GAIN = 0.05  # initial scale of U relative to W (see GroupRNNCell.para
 def drive_scale(group):
     """Scale of the cell's input and state maps: 1 on compact groups, 0.1 on GL."""
     return 1.0 if group.is_compact else 0.1
+
+
+def _plane_rotations(angles, size):
+    """⊕_i θ_i J in the planes (2i, 2i+1) of a size×size matrix, J = [[0, −1], [1, 0]] (a zero last
+    row and column for odd size): ``angles [..., size // 2] -> [..., size, size]``."""
+    planes = np.zeros(angles.shape[:-1] + (size, size))
+    i = np.arange(angles.shape[-1])
+    planes[..., 2 * i + 1, 2 * i], planes[..., 2 * i, 2 * i + 1] = angles, -angles
+    return planes
+
+
+def spread_updates(group, count, generator):
+    """Algebra coordinates of ``count`` updates whose rotation angles are drawn uniformly in [0, π].
+
+    Real groups, in blocks of size b (O, SO: one block, b = n; BO: its n/b blocks): per update and
+    block ⌊b/2⌋ angles θ_i ~ U[0, π] and a Haar frame Q ∈ O(b),
+
+        a = Q (⊕_i θ_i J) Qᵀ,  J = [[0, −1], [1, 0]],     exp(a) has eigenvalues e^{±iθ_i} (1 for odd b),
+
+    its coordinates taken by O(b)'s ``vee`` block by block (BO's order; O(n)'s basis is SO(n)'s).
+    U: n phases θ ~ U[0, π], a = Q i·diag(θ) Qᴴ with Haar Q ∈ U(n), exp(a) has eigenvalues e^{iθ}.
+    SU: ⌊n/2⌋ angles, phases (θ, −θ, and 0 for odd n) so that tr a = 0. T: a = i·diag(θ), whose
+    coordinates are θ (T's basis is i·E_kk; its ``vee`` would build n³ numbers). Draws the angles,
+    then the frames, from ``generator``.
+
+    Args:
+        group: a compact ``reference.groups`` group.
+        count: number of updates (the vocabulary size V).
+        generator: ``numpy.random.Generator``.
+
+    Returns:
+        coordinates ``[count, dim g]`` and the angles ``[count, m]``: m = (n/b)·⌊b/2⌋ real, n on U
+        and T, ⌊n/2⌋ on SU.
+
+    Raises:
+        ValueError: ``group`` is not compact.
+    """
+    if not group.is_compact:
+        raise ValueError(f"spread_updates needs a compact group, got {group!r}")
+    n = group.n
+    if not group.is_complex:
+        size = getattr(group, "block", n)
+        frame_group = get_group("O", size)
+        angles = generator.uniform(0.0, np.pi, (count, n // size, size // 2))
+        frames = frame_group.random((count, n // size), generator=generator)
+        algebra = frames @ _plane_rotations(angles, size) @ np.swapaxes(frames, -1, -2)
+        return frame_group.vee(algebra).reshape(count, group.dim), angles.reshape(count, -1)
+    angles = generator.uniform(0.0, np.pi, (count, n // 2 if group.name == "SU" else n))
+    if group.name == "T":
+        return angles, angles
+    phases = angles if group.name == "U" else np.concatenate([angles, -angles, np.zeros((count, n % 2))], axis=-1)
+    frames = get_group("U", n).random((count,), generator=generator)
+    return group.vee((frames * (1j * phases)[..., None, :]) @ dagger(frames)), angles
+
+
+def fit_input_map(embedding, weight, targets):
+    """Embedding E and input map W with W e_v = c_v for every token v, where that is possible.
+
+    With F ≥ V the embeddings (rows of E, generic) are independent: W = Cᵀ (E⁺)ᵀ, the minimum-norm
+    exact solution, E kept. Else with dim g ≤ F, W (generic) has full row rank: e_v = W⁺ c_v, W kept.
+    Else (V > F < dim g) no W fits every token (W E has rank ≤ F): W is the least-squares fit
+    min ‖E Wᵀ − C‖_F, E kept.
+
+    Args:
+        embedding: ``[V, F]`` E.
+        weight: ``[dim g, F]`` W.
+        targets: ``[V, dim g]`` C, the coordinates c_v.
+
+    Returns:
+        (embedding ``[V, F]``, weight ``[dim g, F]``).
+    """
+    vocab, features = embedding.shape
+    if features < vocab and targets.shape[1] <= features:
+        return targets @ np.linalg.pinv(weight).T, weight
+    return embedding, (np.linalg.pinv(embedding) @ targets).T
 
 
 class GroupRNNCell:
@@ -167,6 +250,18 @@ class GroupRNN(SpecModel):
         return ({"embedding.weight": ParamSpec((config.vocab_size, config.embedding_dim), std=1.0)}
                 | prefixed("cell.", self.cell.param_spec())
                 | prefixed("readout.", self.readout.param_spec()))
+
+    def init_params(self, generator):
+        """Initial parameters from a ``numpy.random.Generator``: ``param_spec``'s draws; then, with
+        ``input_init = "spread"``, from the same generator, W, b = 0 and (where needed) E fitted to
+        ``spread_updates`` (module docstring)."""
+        params = super().init_params(generator)
+        if self.config.input_init == "spread":
+            targets, _ = spread_updates(self.group, self.config.vocab_size, generator)
+            params["embedding.weight"], params["cell.input_map.weight"] = fit_input_map(
+                params["embedding.weight"], params["cell.input_map.weight"], targets)
+            params["cell.input_map.bias"] = np.zeros_like(params["cell.input_map.bias"])
+        return params
 
     def forward(self, params, tokens, cache=None):
         """Run the model over a batch of sequences.

@@ -9,8 +9,10 @@ Recipe (one for every arm; no per-model tuning in this budget): ``STEPS`` steps 
 one length per batch uniform in 1–64, ``experiments.sweeps.tracking.training`` (AdamW /
 RiemannianAdam at 1e-2, 3e-3 for the two attention models, a 10-step warm-up, cosine decay,
 gradients clipped at 1; validation only at the end: each evaluation covers all five test lengths);
-``EVAL_SEQUENCES`` sequences per test length. Remedy arms (``-curriculum``): the input-driven group
-RNNs with the length curriculum 1 → 64 over the first ``CURRICULUM_STEPS`` steps (issue 14 item 3).
+``EVAL_SEQUENCES`` sequences per test length. Remedy arms (issue 14 item 3): ``-curriculum``, the
+input-driven group RNNs with the length curriculum 1 → 64 over the first ``CURRICULUM_STEPS`` steps;
+``-spread``, the same RNNs with their token updates' rotation angles initially spread over [0, π]
+(``input_init="spread"``), on the plain recipe.
 
 Budget (issue 14 item 5: the whole study, this preset and ``copy``, at most 3 hours of the 2-core
 machine, i.e. 6 core-hours). Timed single-threaded on the shared machine (load 7–13 on 2 cores: a
@@ -24,7 +26,7 @@ time for the 285 runs on one worker at that load, ≈ 2–2.5 core-hours of CPU,
 the 6 core-hours for ``copy``.
 """
 
-from experiments.sweeps.tracking import arms, remedy_arms, sweep_runs, training
+from experiments.sweeps.tracking import arms, remedy_arms, spread_arms, sweep_runs, training
 from experiments.tasks.sequences import TEST_LENGTHS, TRAIN_MAX_LENGTH
 
 SEEDS = (0, 1, 2)
@@ -49,7 +51,8 @@ def runs(cells=CELLS, seeds=SEEDS, steps=STEPS, batch=BATCH, eval_sequences=EVAL
         sized = arms(vocab, budget, TRAIN_MAX_LENGTH, test_length)
         lengths = {"eval_sequences": eval_sequences, "eval_max_length": test_length}
         remedies = {f"{arm}-curriculum": entry for arm, entry in remedy_arms(sized).items()}
-        for arm_set, extra in ((sized, {}), (remedies, {"curriculum_steps": curriculum_steps})):
+        for arm_set, extra in ((sized, {}), (remedies, {"curriculum_steps": curriculum_steps}),
+                               (spread_arms(sized), {})):
             for arm, entry in arm_set.items():
                 result += sweep_runs(cell, task, {arm: entry}, training(entry[0], steps, batch), seeds,
                                      {**task_options, **lengths, **extra})

@@ -21,9 +21,9 @@ Arms (``arms``), every one sized to one parameter budget per task by
 Remedy arms (``remedy_arms``, issue 14 item 3): the input-driven group RNNs trained with a length
 curriculum (``curriculum_steps``; the probe in experiments/results/state_tracking/
 so2_parity_probe.txt found that short sequences first let the SO(2) parity clock θ_0 settle in its
-basin, which is wide only at short lengths). The other remedy the probe found (initial token
-angles spread over [0, π]) needs a model initialisation option that the group RNN does not have
-yet; see experiments/tracking_report.py's docstring for what it needs.
+basin, which is wide only at short lengths), and (``spread_arms``) the same arms initialised with
+every token's rotation angles spread over [0, π] (``GroupRNNConfig.input_init = "spread"``; the
+probe's other remedy), otherwise the same config.
 """
 
 from __future__ import annotations
@@ -104,6 +104,12 @@ def remedy_arms(sized):
     return {name: entry for name, entry in sized.items() if name.startswith("rnn-") and name.endswith("-input")}
 
 
+def spread_arms(sized):
+    """``{arm-spread: entry}``: the arms of ``remedy_arms`` with ``input_init = "spread"``."""
+    return {f"{name}-spread": (model, dataclasses.replace(config, input_init="spread"))
+            for name, (model, config) in remedy_arms(sized).items()}
+
+
 def training(model, steps, batch):
     """The TrainConfig fields of an arm: ``steps`` of ``batch``, AdamW / RiemannianAdam at ``LR``
     (``ATTENTION_LR`` for the two attention models, whose usual rates are lower), a warm-up of
@@ -114,8 +120,10 @@ def training(model, steps, batch):
 
 
 def model_options(config):
-    """A sized config as SweepRun options: its fields except the vocabulary and the None ones."""
-    return {k: v for k, v in dataclasses.asdict(config).items() if k != "vocab_size" and v is not None}
+    """A sized config as SweepRun options: its fields except the vocabulary, the None ones and a default
+    ``input_init`` (the runs named before that field existed keep their options)."""
+    return {k: v for k, v in dataclasses.asdict(config).items()
+            if k != "vocab_size" and v is not None and (k, v) != ("input_init", "default")}
 
 
 def sweep_runs(cell, task, sized, training, seeds, task_options):
