@@ -81,11 +81,17 @@ def spread_updates(group, count, generator=None, dtype=None, device=None):
 
 def fit_input_map(embedding, weight, targets):
     """Mirror of ``reference.group_rnn.fit_input_map``: (embedding ``[V, F]``, weight ``[dim g, F]``)
-    with W e_v = c_v (``targets [V, dim g]``) where possible, else W by least squares."""
+    with W e_v = c_v (``targets [V, dim g]``): the minimum-norm W if F ≥ V, else the balanced
+    factors of C's best rank-min(F, V, dim g) approximation in a frame of W's row space."""
     vocab, features = embedding.shape
-    if features < vocab and targets.shape[1] <= features:
-        return targets @ torch.linalg.pinv(weight).T, weight
-    return embedding, (torch.linalg.pinv(embedding) @ targets).T
+    if features >= vocab:
+        return embedding, (torch.linalg.pinv(embedding) @ targets).T
+    left, values, right = torch.linalg.svd(targets, full_matrices=False)  # [V, k], [k], [k, dim g]
+    rank = min(features, values.numel())
+    frame = torch.linalg.qr(weight.T)[0][:, :rank]  # [F, m]
+    root, scale = values[:rank].sqrt(), (values[:rank].sum() / (vocab * rank)).sqrt()
+    fitted = (left[:, :rank] * root / scale) @ frame.T + embedding - (embedding @ frame) @ frame.T
+    return fitted, (scale * right[:rank].T * root) @ frame.T
 
 
 class GroupRNNCell(nn.Module):

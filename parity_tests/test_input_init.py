@@ -78,9 +78,10 @@ def test_torch_first_updates_have_the_drawn_angles(group, n, block, vocab, featu
                                _expected_angles(get_group(group, n, block), angles.numpy()), rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("vocab, features, fitted", [(6, 8, "cell.input_map.weight"), (12, 8, "embedding.weight")])
-def test_spread_changes_only_the_fitted_map_in_both_trees(vocab, features, fitted):
-    """F ≥ V: only W moves; dim g ≤ F < V: only E (b is 0 in both inits)."""
+@pytest.mark.parametrize("vocab, features, fitted", [(6, 8, {"cell.input_map.weight"}),
+                                                     (12, 8, {"cell.input_map.weight", "embedding.weight"})])
+def test_spread_changes_only_the_fitted_maps_in_both_trees(vocab, features, fitted):
+    """F ≥ V: only W moves; F < V: W and E (b is 0 in both inits)."""
     spread, default = (_config("SO", 4, None, vocab, features, init, recurrent=True, mixing="scalar")
                        for init in ("spread", "default"))
     ours, theirs = (GroupRNN(c).init_params(np.random.default_rng(1)) for c in (spread, default))
@@ -88,8 +89,8 @@ def test_spread_changes_only_the_fitted_map_in_both_trees(vocab, features, fitte
                                 .state_dict() for c in (spread, default))
     assert list(ours) == list(theirs) == list(torch_ours) == list(torch_theirs)
     for key in ours:
-        assert np.array_equal(ours[key], theirs[key]) == (key != fitted), key
-        assert torch.equal(torch_ours[key], torch_theirs[key]) == (key != fitted), key
+        assert np.array_equal(ours[key], theirs[key]) == (key not in fitted), key
+        assert torch.equal(torch_ours[key], torch_theirs[key]) == (key not in fitted), key
     assert not np.any(ours["cell.input_map.bias"]) and not torch.any(torch_ours["cell.input_map.bias"])
 
 
@@ -115,19 +116,34 @@ def test_default_is_the_init_without_the_option():
     assert all(torch.equal(torch_a[key], torch_b[key]) for key in torch_a)
 
 
+def _fit(trees, *arrays):
+    if trees == "reference":
+        return fit_input_map(*arrays)
+    return tuple(x.numpy() for x in torch_fit_input_map(*(torch.from_numpy(x) for x in arrays)))
+
+
 @pytest.mark.parametrize("trees", ["reference", "torch"])
-def test_least_squares_fit_when_no_exact_one_exists(trees):
-    """V > F < dim g: E is kept and W solves the normal equations Eᵀ(E Wᵀ − C) = 0."""
+def test_fit_is_the_best_rank_f_one_when_no_exact_one_exists(trees):
+    """V > F < dim g: ‖E Wᵀ − C‖_F is Eckart–Young's minimum over rank ≤ F, √(Σ_{i>F} s_i²)."""
     rng = np.random.default_rng(0)
     embedding, weight, targets = rng.standard_normal((9, 4)), rng.standard_normal((6, 4)), rng.standard_normal((9, 6))
-    if trees == "reference":
-        fitted_embedding, fitted = fit_input_map(embedding, weight, targets)
-    else:
-        fitted_embedding, fitted = (x.numpy() for x in torch_fit_input_map(
-            *(torch.from_numpy(x) for x in (embedding, weight, targets))))
-    assert np.array_equal(fitted_embedding, embedding)
-    np.testing.assert_allclose(embedding.T @ (embedding @ fitted.T - targets), 0, atol=1e-12)
-    assert np.linalg.norm(embedding @ fitted.T - targets) > 0.1  # rank 4 < 6: not exact
+    fitted_embedding, fitted = _fit(trees, embedding, weight, targets)
+    values = np.linalg.svd(targets, compute_uv=False)
+    assert np.linalg.norm(fitted_embedding @ fitted.T - targets) == pytest.approx(np.sqrt(np.sum(values[4:] ** 2)),
+                                                                                  rel=1e-10)
+
+
+@pytest.mark.parametrize("trees", ["reference", "torch"])
+def test_fit_keeps_the_embeddings_at_their_default_scale_when_w_is_square(trees):
+    """dim g = F < V (S5's SO(8) arm: F = 28 = dim g): solving E = C (W⁺)ᵀ with the default W gave
+    embeddings of norm ~3,000; the balanced fit is exact with rows of norm ~√F."""
+    rng = np.random.default_rng(0)
+    vocab, features = 120, 28
+    embedding, weight = rng.standard_normal((vocab, features)), rng.standard_normal((features, features)) / features
+    targets = rng.standard_normal((vocab, features))
+    fitted_embedding, fitted = _fit(trees, embedding, weight, targets)
+    np.testing.assert_allclose(fitted_embedding @ fitted.T, targets, atol=1e-10)
+    assert np.max(np.linalg.norm(fitted_embedding, axis=1)) < 3 * np.sqrt(features)
 
 
 @pytest.mark.parametrize("options, message", [

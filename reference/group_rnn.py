@@ -37,7 +37,7 @@ Parameters (keys and shapes = the torch ``state_dict``; m = group.num_features):
 
 ``config.input_init = "spread"`` (``GroupRNN.init_params``): after the default draws, token v's
 update c_v = W e_v + b is set to the coordinates of ``spread_updates`` (rotation angles uniform in
-[0, π]) by ``fit_input_map``; at init the mixing is the identity and nothing scales W e + b on its way
+[0, π]) by ``fit_input_map`` (exact when F ≥ V or dim g ≤ F); at init the mixing is the identity and nothing scales W e + b on its way
 to exp (``drive_scale`` is an init scale, 1 on the compact groups ``spread`` allows; the map learning
 rates of ``reference.config.map_lr_scales`` act on the optimizer only), so A_v = hat(c_v) on the
 input-driven model (the recurrent model adds its U term to it).
@@ -124,10 +124,20 @@ def spread_updates(group, count, generator):
 def fit_input_map(embedding, weight, targets):
     """Embedding E and input map W with W e_v = c_v for every token v, where that is possible.
 
-    With F ≥ V the embeddings (rows of E, generic) are independent: W = Cᵀ (E⁺)ᵀ, the minimum-norm
-    exact solution, E kept. Else with dim g ≤ F, W (generic) has full row rank: e_v = W⁺ c_v, W kept.
-    Else (V > F < dim g) no W fits every token (W E has rank ≤ F): W is the least-squares fit
-    min ‖E Wᵀ − C‖_F, E kept.
+    F ≥ V: the embeddings (rows of E, generic) are independent, and W = Cᵀ (E⁺)ᵀ is the
+    minimum-norm exact solution, E kept. F < V: W E has rank ≤ m = min(F, V, dim g), so both are
+    set from the best rank-m approximation of C = L diag(s) Rᵀ (Eckart–Young; exact when
+    dim g ≤ F), balanced in a frame P ∈ ℝ^{F×m} of W's row space (orthonormal columns, from the QR
+    of Wᵀ):
+
+        W = α R_m diag(√s_m) Pᵀ        E = L_m diag(√s_m) Pᵀ / α + E (I − P Pᵀ)
+
+    α² = Σ s_m / (V m) gives the fitted part of E the default's mean square (N(0, 1) entries, V·m
+    in m directions) and W the singular values α√s, so neither factor inherits a condition number
+    worse than √cond(C) (keeping the default W, whose smallest singular value can be near 0 when
+    F ≈ dim g, and solving E = C (W⁺)ᵀ gave S5's SO(8) arm embeddings of norm 3,000). E keeps its
+    default draw outside P, which W does not read. With dim g > F (A5 in the state-tracking preset)
+    the fit is the rank-F least-squares one, not exact.
 
     Args:
         embedding: ``[V, F]`` E.
@@ -138,9 +148,14 @@ def fit_input_map(embedding, weight, targets):
         (embedding ``[V, F]``, weight ``[dim g, F]``).
     """
     vocab, features = embedding.shape
-    if features < vocab and targets.shape[1] <= features:
-        return targets @ np.linalg.pinv(weight).T, weight
-    return embedding, (np.linalg.pinv(embedding) @ targets).T
+    if features >= vocab:
+        return embedding, (np.linalg.pinv(embedding) @ targets).T
+    left, values, right = np.linalg.svd(targets, full_matrices=False)  # [V, k], [k], [k, dim g]
+    rank = min(features, len(values))
+    frame = np.linalg.qr(weight.T)[0][:, :rank]  # [F, m]
+    root, scale = np.sqrt(values[:rank]), np.sqrt(np.sum(values[:rank]) / (vocab * rank))
+    fitted = (left[:, :rank] * root / scale) @ frame.T + embedding - (embedding @ frame) @ frame.T
+    return fitted, (scale * right[:rank].T * root) @ frame.T
 
 
 class GroupRNNCell:
