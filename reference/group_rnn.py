@@ -37,10 +37,10 @@ Parameters (keys and shapes = the torch ``state_dict``; m = group.num_features):
 
 ``config.input_init = "spread"`` (``GroupRNN.init_params``): after the default draws, token v's
 update c_v = W e_v + b is set to the coordinates of ``spread_updates`` (rotation angles uniform in
-[0, π]) by ``fit_input_map`` (exact when F ≥ V or dim g ≤ F); at init the mixing is the identity and nothing scales W e + b on its way
-to exp (``drive_scale`` is an init scale, 1 on the compact groups ``spread`` allows; the map learning
-rates of ``reference.config.map_lr_scales`` act on the optimizer only), so A_v = hat(c_v) on the
-input-driven model (the recurrent model adds its U term to it).
+[0, π]) by ``fit_input_map`` (exact when F ≥ V or dim g ≤ F); at init the mixing is the identity
+and nothing scales W e + b on its way to exp (``drive_scale`` is an init scale, 1 on the compact
+groups ``spread`` allows; the map learning rates of ``reference.config.map_lr_scales`` act on the
+optimizer only), so A_v = hat(c_v) on the input-driven model (the recurrent model adds its U term).
 """
 
 from __future__ import annotations
