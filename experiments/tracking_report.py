@@ -18,22 +18,9 @@ lengths ≤ 64) is at least ``SOLVED_ACCURACY`` = 99%, over all positions of the
 The state-tracking study mixes two tasks (``count``, ``words``) in one directory, which
 ``experiments.report`` (one task per directory) refuses, so this module is called directly.
 
-The second remedy of issue 14 item 3 (not in the presets: it needs a model option). The SO(2)
-parity probe (experiments/results/state_tracking/so2_parity_probe.txt) solved length 40 in 3/5
-seeds with the token angles drawn θ_v ~ U[0, π] against 1/5 at the default init (θ_v ≈ N(0, 0.7²):
-antipodal tokens in 0.25% of inits). What the group RNN needs, for an input-driven run to start
-spread out: a config option on ``GroupRNNConfig`` (e.g. ``input_init = "default" | "spread"``,
-mirrored in both trees and counted by ``test_mirror``) under which the input map (W, b) is drawn so
-that each token's update A_v = hat(W e_v + b) has its rotation angles spread over [0, π]: for
-SO(n)/O(n)/BO draw, per token, ⌊n/2⌋ angles θ_{v,k} ~ U[0, π] and a random orthogonal frame Q_v
-(or the standard planes, Q_v = I), set the target algebra coordinates c_v = vee(Q_v (⊕_k θ_{v,k} J)
-Q_vᵀ), and set W to the minimum-norm solution of W E = C (W = C E⁺, E the [F, V] embedding
-matrix, b = 0), which is exact when F ≥ V — the probe's ``set_token_angles`` does this for SO(2);
-for U(n) and T(n) the same with the eigenphases θ ~ U[0, π] of a diagonal i·θ (conjugated by a
-random unitary for U). When F < V (A5, S5 with F = 32 < 60, 120) only the least-squares fit is
-possible, so the option should then also fix E (or initialise the update directly per token,
-i.e. an embedding-free input map when V is small). The recurrence owner should add it next to the
-cell's initialisation; the presets then gain ``-spread`` remedy arms with one option.
+The remedies of issue 14 item 3 are arms of the ``state-tracking`` preset (``-curriculum``: short
+words first; ``-spread``: ``GroupRNNConfig.input_init="spread"``, each token's update drawn with
+its rotation angles uniform in [0, π]; see ``experiments.sweeps.tracking``), reported as arms.
 """
 
 from __future__ import annotations
