@@ -137,7 +137,7 @@ from experiments.sweeps.charlm_v2 import runs
 TINY = {"steps": 4, "batch": 2, "length": 8, "lr": 1e-3, "eval_every": 2, "eval_tokens": 48, "checkpoint_every": 2,
         "carried_streams": 5000, "device": "auto"}
 TUNING = Tuning(rates=(1e-3, 3e-2), options={"steps": 2})
-RUNS = [run for run in runs("ptb_char", 50, budget=12_000, training=TINY, seeds=(1,))
+RUNS = [run for run in runs("ptb_char", 50, budget=60_000, training=TINY, seeds=(1,))
         if run.name.startswith("rnn-O-seed")]
 '''
 
@@ -193,12 +193,16 @@ def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, v
     assert sweep.out == f"experiments/results/charlm_v2/{dataset}"
     arms = {arm_of(run.name) for run in sweep.runs}
     assert arms == {"lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O",
-                    "rnn-O-fix"}
+                    "rnn-O-fix", "rnn-O16-fix"}
     by_name = {run.name: run for run in sweep.runs}
     plain, fix = by_name["rnn-O-seed0"].options, by_name["rnn-O-fix-seed0"].options
     assert plain["map_lr"] == "plain" and fix["map_lr"] == "n_aware"  # the fix: the maps' n-aware rates
     assert {k: v for k, v in plain.items() if k != "map_lr"} == {k: v for k, v in fix.items() if k != "map_lr"}
-    assert all("map_lr" not in run.options for run in sweep.runs if arm_of(run.name) not in ("rnn-O", "rnn-O-fix"))
+    assert all("map_lr" not in run.options for run in sweep.runs
+               if arm_of(run.name) not in ("rnn-O", "rnn-O-fix", "rnn-O16-fix"))
+    second = by_name["rnn-O16-fix-seed0"].options  # the second O shape: n fixed, a wider embedding
+    assert second["n"] == 16 and plain["n"] > 16 and second["embedding_dim"] > plain["embedding_dim"]
+    assert second["map_lr"] == "n_aware"
     assert len(sweep.runs) == len(arms) * len(charlm_v2.SEEDS) and len(charlm_v2.SEEDS) >= 3
     tokens = {run.options["steps"] * run.options["batch"] * run.options["length"] for run in sweep.runs}
     assert len(tokens) == 1  # every arm trains on the same number of tokens

@@ -44,18 +44,21 @@ def templates(vocab_size, length=None):
     return sized
 
 
-def arms(vocab_size, budget=BUDGET, length=None, study=templates):
-    """``{arm name: (model name, config sized to ``budget``)}`` of ``study(vocab_size, length)``'s templates."""
-    return {name: (model, size_to_budget(template, budget))
+def arms(vocab_size, budget=BUDGET, length=None, study=templates, free=None):
+    """``{arm name: (model name, config sized to ``budget``)}`` of ``study(vocab_size, length)``'s templates;
+    ``free``: ``{arm: the size field(s) to search}`` where not the family's default (``size_to_budget``)."""
+    free = free or {}
+    return {name: (model, size_to_budget(template, budget, free=free.get(name)))
             for name, (model, template) in study(vocab_size, length).items()}
 
 
-def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS, study=templates):
+def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS, study=templates, free=None):
     """Every (arm, seed) of a study on ``dataset`` as SweepRuns (defaults: this CPU study's arms and
-    recipe); ``study``: a function ``(vocab_size, length) -> {arm: (model name, config template)}``."""
+    recipe); ``study``: a function ``(vocab_size, length) -> {arm: (model name, config template)}``;
+    ``free``: as in ``arms``."""
     training = TRAINING if training is None else training
     result = []
-    for name, (model, config) in arms(vocab_size, budget, training["length"], study).items():
+    for name, (model, config) in arms(vocab_size, budget, training["length"], study, free).items():
         fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "vocab_size" and v is not None}
         for seed in seeds:
             result.append(SweepRun(f"{name}-seed{seed}", model, "lm",

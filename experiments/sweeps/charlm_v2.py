@@ -4,8 +4,11 @@ equal tokens with 3 seeds, tested at its best-validation step.
 Arms (``ARMS``, each sized to ``BUDGET`` real parameters within ±2% by
 ``experiments.params_budget.size_to_budget``): an LSTM and a GPT; the group RNN with O (the
 paper's plain update, ``map_lr="plain"``), O with scalar mixing, U, T, BO and GL; the O(n) group
-Transformer; and ``rnn-O-fix``, the O RNN with the fix of issue 13 item 2 (``O_FIX``: the n-aware
-learning rates of its maps, ``map_lr="n_aware"``, see ``reference.config.map_lr_scales``). Every
+Transformer; ``rnn-O-fix``, the O RNN with the fix of issue 13 item 2 (``O_FIX``: the n-aware
+learning rates of its maps, ``map_lr="n_aware"``, see ``reference.config.map_lr_scales``); and a second
+O shape with the fix, ``rnn-O16-fix``: n = 16 with the embedding sized to the budget (at 200k the
+default sizing gives O(23) with embedding 97, where the state map U holds 67% of the parameters; at
+n = 16 it holds 15% and the embedding is 823 wide). Every
 arm but ``rnn-O`` trains with the default ``n_aware``, so the mixing ablation reads
 ``rnn-O-mix-scalar`` against ``rnn-O-fix``. A further arm (another shape of the O RNN, say) is one
 more entry in ``templates``.
@@ -25,15 +28,13 @@ each run starts.
 (``python -m experiments.train --preset charlm-v2-ptb/rnn-O-seed0`` trains one run at the
 placeholder rate ``TRAINING["lr"]``; give ``--lr`` the arm's rate from ``chosen_rates.json``.)
 
-Cost (measured at commit 6589381 on the shared 2-core machine under a load average of 6–9, one
-thread, median of 18 steps of 32 × 128 after 2 warm-up steps), seconds per step: LSTM 0.18, GPT
-0.22, O 0.82, O scalar 0.76, U 1.13, GL 0.56, O Transformer 0.68; T 16.8 and BO 17.2 (sized by
-their features, T has n = 203 and BO n = 280, and the recurrence still multiplies dense n × n
-states). Each arm trains 3 × STEPS + 4 × TUNE_STEPS = 8,000 steps: with evaluations (about
-+10%), the seven other arms take about 38,000 worker-seconds per dataset (5.3 h on two workers
-at that load, about 11 h for both datasets, plus about 1.3 h per dataset for an O-fix arm), and
-T and BO alone about 42 h per dataset. Both datasets fit in 6 h only with the packed recurrence
-for T and BO and a faster recurrence for the others, or fewer steps.
+Cost (one thread, 32 × 128, median of 4 steps, measured at commit e93958d beside a 2-worker sweep
+on the shared 2-core machine), seconds per step: LSTM 0.11, GPT 0.14, O 0.43, O scalar 0.44, U 0.63,
+T(203) 0.16, BO(280) 0.23 (since the states stay packed), GL 0.71, O Transformer 0.47, O-fix 0.52.
+Each arm trains 3 × STEPS + 4 × TUNE_STEPS = 7,200 steps; all eleven arms take about 20,000
+worker-seconds per dataset with evaluations, about 3 hours on two workers, so both datasets fit in
+about 6 hours. The LSTM's best step must fall inside its run: on Tiny Shakespeare STEPS is about
+7 epochs of its training split; on Penn Treebank characters about 1.5, where it may not.
 """
 
 from __future__ import annotations
@@ -47,13 +48,16 @@ from reference.config import GroupRNNConfig
 BUDGET = 200_000
 SEEDS = (0, 1, 2)
 STEPS = 2000
-TUNE_STEPS = 500
+TUNE_STEPS = 300
 TRAINING = {"steps": STEPS, "batch": 32, "length": 128, "lr": 1e-3, "schedule": "cosine", "warmup": 50,
             "eval_every": 100, "eval_tokens": 100_000, "checkpoint_every": 100, "carried_streams": 16,
             "device": "auto"}  # lr: replaced by each arm's chosen rate
 TUNING = Tuning(options={"steps": TUNE_STEPS})
 ARMS = ("lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O")
 PLAIN = {"map_lr": "plain"}  # run options of the plain O arm rnn-O: the paper's single learning rate
+SECOND_SHAPE_N = 16  # the second O shape (issue 13 item 5): n fixed, the embedding takes the budget
+SECOND_SHAPE = f"rnn-O{SECOND_SHAPE_N}-fix"
+FREE = {SECOND_SHAPE: "embedding_dim"}
 O_FIX = {"map_lr": "n_aware"}  # options of the O RNN's fix (issue 13 item 2), GroupRNNConfig fields or
 # run options; non-empty: adds the arm rnn-O-fix
 
@@ -65,17 +69,21 @@ def _split_fix():
 
 
 def templates(vocab_size, length=None):
-    """``{arm: (model name, config template)}``: ``ARMS`` from the first study, and ``rnn-O-fix``."""
+    """``{arm: (model name, config template)}``: ``ARMS`` from the first study, ``rnn-O-fix``, and the
+    second O shape ``rnn-O{SECOND_SHAPE_N}-fix`` (sized along its embedding width, ``FREE``)."""
     first = charlm.templates(vocab_size, length)
     chosen = {name: first[name] for name in ARMS}
     if O_FIX:
         chosen["rnn-O-fix"] = ("group_rnn", dataclasses.replace(first["rnn-O"][1], **_split_fix()[0]))
+    chosen[SECOND_SHAPE] = ("group_rnn", dataclasses.replace(first["rnn-O"][1], n=SECOND_SHAPE_N,
+                                                             **_split_fix()[0]))
     return chosen
 
 
 def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS):
     """Every (arm, seed) of the v2 study on ``dataset`` (its learning rates still to be tuned); ``rnn-O``
     takes ``PLAIN``'s options and ``rnn-O-fix`` the run options of ``O_FIX``."""
-    extra = {"rnn-O": PLAIN, "rnn-O-fix": _split_fix()[1]}
-    every = charlm.runs(dataset, vocab_size, budget, TRAINING if training is None else training, seeds, templates)
+    extra = {"rnn-O": PLAIN, "rnn-O-fix": _split_fix()[1], SECOND_SHAPE: _split_fix()[1]}
+    every = charlm.runs(dataset, vocab_size, budget, TRAINING if training is None else training, seeds, templates,
+                        FREE)
     return [dataclasses.replace(run, options={**run.options, **extra.get(arm_of(run.name), {})}) for run in every]
