@@ -15,6 +15,7 @@ from experiments.sweeps import copy as copy_preset
 from experiments.sweeps import state_tracking
 from experiments.sweeps.tracking import GPT_POSITION_SCHEMES, MLSTM_TOLERANCE, COARSE_TOLERANCE
 from experiments.tasks.copying import baseline_loss
+from experiments.tasks.copy_task import Copy
 from experiments.tracking_report import cell_and_arm, report
 from experiments.train import build_config
 
@@ -74,6 +75,8 @@ def test_copy_preset_covers_every_delay_at_the_budget(presets):
     assert set(delays) == {"T100", "T500", "T1000", "T2000"}
     assert delays["T100"] == ARMS and delays["T2000"] == ARMS - {"mlstm-ns"}
     assert copy_preset.steps(100) == round(240_000 / (8 * 120)) and copy_preset.steps(2000) == copy_preset.MIN_STEPS
+    sweep = load_sweep("copy")  # each (delay, arm) picks its rate on validation loss before its seeds train
+    assert sweep.tuning.rates == (1e-3, 1e-2) and Copy.selection_key == "valid_loss"
     assert len(runs) == 3 * sum(len(arms) for arms in delays.values())
 
 

@@ -40,6 +40,7 @@ class Copy(Task):
     """Symbols, blanks, marker in; blanks then the symbols out."""
 
     Config = CopyConfig
+    selection_key = "valid_loss"  # the learning-rate search (experiments.tuning) minimises it
 
     @property
     def vocab_size(self):
