@@ -1,0 +1,118 @@
+"""Why no arm learns A5 or S5 in the state-tracking study (issue 14 item 3): ten times the steps,
+and the accuracy at each position of a word.
+
+    python -m experiments.words_probe [--out experiments/results/state_tracking/words_probe]
+
+In the ``state-tracking`` study (300 steps) every arm stays at chance on A5 and S5 at every test
+length, while the input-driven SO and U RNNs solve S3. This probe trains four arms of that study
+(the input-driven SO RNN with the default and the spread init, the input-driven U RNN and the
+LSTM; seed 0, the preset's configs) for ``STEPS`` steps on each group, then measures, on
+``WORDS`` fresh test words of length 64, the accuracy at each position t (the label is the running
+product g_1 ⋯ g_t). Position 1 needs no memory (the label is the token itself) and position 2 the
+multiplication table alone; a model that has found the group's law is right at every t. Writes
+``words_probe.json`` (per run: the training curve, the accuracy by position) and
+``words_probe.png`` into OUT; the runs themselves go to OUT/<cell>-<arm>/ (resumable: a finished
+run is not trained again). Single-threaded, about 1–3 minutes per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from experiments.models import build_model  # noqa: E402
+from experiments.sweeps.tracking import WARMUP  # noqa: E402
+from experiments.tasks.base import split_generator  # noqa: E402
+from experiments.tasks.words import permutation_group, word_batch  # noqa: E402
+from experiments.train import RunConfig, load_checkpoint_file  # noqa: E402
+from experiments.train import main as train_main  # noqa: E402
+
+CELLS = ("S5", "A5")
+ARMS = ("rnn-SO-input-spread", "rnn-SO-input", "rnn-U-input", "lstm")
+STEPS = 3000
+EVAL_EVERY = 500
+WORDS, LENGTH = 256, 64
+
+
+def train(out, cells=CELLS, arms=ARMS, steps=STEPS, eval_every=EVAL_EVERY):
+    """Train every (cell, arm) not finished under ``out`` (the preset's seed-0 run at ``steps``, its
+    warm-up min(``WARMUP``, steps/10) as the preset's)."""
+    for cell in cells:
+        for arm in arms:
+            directory = out / f"{cell}-{arm}"
+            if (directory / "final.json").exists():
+                continue
+            if (directory / "checkpoint.pt").exists():
+                train_main(["--resume", str(directory)])
+            else:
+                train_main(["--preset", f"state-tracking/{cell}-{arm}-seed0", "--steps", str(steps), "--eval_every",
+                            str(eval_every), "--checkpoint_every", str(eval_every), "--warmup", str(min(WARMUP, steps // 10)),
+                            "--run-dir", str(directory)])
+
+
+@torch.no_grad()
+def accuracy_by_position(directory, words=WORDS, length=LENGTH):
+    """``[length]`` accuracy at each position of ``words`` test words, for the model of a finished run."""
+    config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
+    model = build_model(config.model)
+    model.load_state_dict(load_checkpoint_file(directory / "checkpoint.pt", "cpu")["model"])
+    model.eval()
+    inputs, targets = word_batch(permutation_group(config.task.word_group), split_generator(config.train.seed, "test"), words, length)
+    logits, _ = model(torch.from_numpy(inputs))
+    return (logits.argmax(-1).numpy() == targets).mean(axis=0)
+
+
+def analyse(out, cells=CELLS, arms=ARMS, words=WORDS, length=LENGTH):
+    """``{run: {"curve": [[step, train_loss]], "accuracy": [length]}}`` of the finished runs; writes JSON and PNG."""
+    result = {}
+    for cell in cells:
+        for arm in arms:
+            directory = out / f"{cell}-{arm}"
+            if not (directory / "final.json").exists():
+                continue
+            lines = (directory / "metrics.jsonl").read_text().splitlines()
+            curve = [[r["step"], r["train_loss"]] for r in map(json.loads, lines)]
+            result[f"{cell}-{arm}"] = {"curve": curve,
+                                       "accuracy": accuracy_by_position(directory, words, length).tolist()}
+    (out / "words_probe.json").write_text(json.dumps({"words": words, "length": length, "runs": result}, indent=1))
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, record in result.items():
+        steps, losses = zip(*record["curve"])
+        axes[0].plot(steps, losses, marker="o", label=name)
+        axes[1].plot(np.arange(1, length + 1), record["accuracy"], label=name)
+    for cell, order in (("S5", 120), ("A5", 60)):
+        axes[0].axhline(np.log(order), color="gray", lw=0.6, ls=":")
+        axes[1].axhline(1 / order, color="gray", lw=0.6, ls=":")
+    axes[0].set(xlabel="step", ylabel="training loss (nats)", title="training loss; dotted: ln |G|")
+    axes[1].set(xlabel="position t in the word", ylabel="test accuracy", xscale="log", yscale="log",
+                title="accuracy by position; dotted: 1/|G|")
+    axes[1].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(out / "words_probe.png", dpi=120)
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/state_tracking/words_probe"))
+    parser.add_argument("--steps", type=int, default=STEPS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    train(args.out, steps=args.steps, eval_every=min(EVAL_EVERY, args.steps))
+    for name, record in analyse(args.out).items():
+        accuracy = record["accuracy"]
+        print(f"{name:28} final train loss {record['curve'][-1][1]:.3f}  accuracy at t = 1, 2, 3, 8, 64: "
+              + ", ".join(f"{accuracy[t - 1]:.3f}" for t in (1, 2, 3, 8, 64)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

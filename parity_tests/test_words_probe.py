@@ -1,0 +1,22 @@
+"""The A5/S5 probe (experiments.words_probe) trains, resumes and measures accuracy by position."""
+
+import json
+
+import numpy as np
+
+from experiments import words_probe
+
+
+def test_probe_trains_skips_finished_runs_and_scores_every_position(tmp_path):
+    words_probe.train(tmp_path, cells=("S3",), arms=("lstm",), steps=2, eval_every=2)
+    final = (tmp_path / "S3-lstm" / "final.json").read_text()
+    words_probe.train(tmp_path, cells=("S3",), arms=("lstm",), steps=2, eval_every=2)  # finished: not retrained
+    assert (tmp_path / "S3-lstm" / "final.json").read_text() == final
+    result = words_probe.analyse(tmp_path, cells=("S3",), arms=("lstm",), words=8, length=5)
+    accuracy = result["S3-lstm"]["accuracy"]
+    assert len(accuracy) == 5 and all(0 <= a <= 1 for a in accuracy)
+    assert all(a * 8 == round(a * 8) for a in accuracy)  # a fraction of the 8 words at each position
+    assert result["S3-lstm"]["curve"][-1][0] == 2
+    saved = json.loads((tmp_path / "words_probe.json").read_text())
+    assert np.allclose(saved["runs"]["S3-lstm"]["accuracy"], accuracy)
+    assert (tmp_path / "words_probe.png").stat().st_size > 0
