@@ -15,15 +15,10 @@ input-driven group RNNs with the length curriculum 1 → 64 over the first ``CUR
 (``input_init="spread"``), on the plain recipe.
 
 Budget (issue 14 item 5: the whole study, this preset and ``copy``, at most 3 hours of the 2-core
-machine, i.e. 6 core-hours). Timed single-threaded on the shared machine (load 7–13 on 2 cores: a
-worker got 25–40% of a core, so wall times are 2.5–4× CPU times): at 16k parameters and V = 120 one
-training step at batch 32 × 64 took 0.05–0.25 s of wall time except the mLSTM's NS read (2.0 s: a
-Newton–Schulz iteration per position); one forward pass over 64 sequences of length 1024 took
-0.1–4.5 s (group Transformer 11 s, mLSTM-NS 13 s). In the study's first 13 runs (parity, seed 0)
-training took 4–30 s of wall time per run, 100–160 s for the T and BO RNNs (packed states at
-n = 23–44), and a whole run (three evaluations included) ≈ 85 s on average: ≈ 6.7 hours of wall
-time for the 285 runs on one worker at that load, ≈ 2–2.5 core-hours of CPU, leaving the rest of
-the 6 core-hours for ``copy``.
+machine). Measured on the committed runs: the 345 runs' training took 0.94 worker-hours in all
+(``train_seconds`` of their final.json, summed); at the code of revision 6b17f36, two workers
+finished the last 182 runs (evaluations included) in about 18 minutes, so the preset takes about
+35 minutes of wall time; the mLSTM-NS runs are the slowest (about 30–110 s of training each).
 """
 
 from experiments.sweeps.tracking import arms, remedy_arms, spread_arms, sweep_runs, training
