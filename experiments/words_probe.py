@@ -6,7 +6,9 @@ and the accuracy at each position of a word.
 In the ``state-tracking`` study (300 steps) every arm stays at chance on A5 and S5 at every test
 length, while the input-driven SO and U RNNs solve S3. This probe trains four arms of that study
 (the input-driven SO RNN with the default and the spread init, the input-driven U RNN and the
-LSTM; seed 0, the preset's configs) for ``STEPS`` steps on each group, then measures, on
+LSTM; seed 0, the preset's configs) for ``STEPS`` steps on each group, and two of them on S5
+words of length ≤ ``SHORT_LENGTH`` only (is it the long words that drown the signal?), then
+measures, on
 ``WORDS`` fresh test words of length 64, the accuracy at each position t (the label is the running
 product g_1 ⋯ g_t). Position 1 needs no memory (the label is the token itself) and position 2 the
 multiplication table alone; a model that has found the group's law is right at every t. Writes
@@ -37,25 +39,35 @@ from experiments.train import main as train_main  # noqa: E402
 
 CELLS = ("S5", "A5")
 ARMS = ("rnn-SO-input-spread", "rnn-SO-input", "rnn-U-input", "lstm")
+SHORT_ARMS = ("rnn-SO-input-spread", "lstm")  # also trained on S5 words of length ≤ SHORT_LENGTH only
+SHORT_LENGTH = 4
 STEPS = 3000
 EVAL_EVERY = 500
 WORDS, LENGTH = 256, 64
 
 
-def train(out, cells=CELLS, arms=ARMS, steps=STEPS, eval_every=EVAL_EVERY):
-    """Train every (cell, arm) not finished under ``out`` (the preset's seed-0 run at ``steps``, its
-    warm-up min(``WARMUP``, steps/10) as the preset's)."""
-    for cell in cells:
-        for arm in arms:
-            directory = out / f"{cell}-{arm}"
-            if (directory / "final.json").exists():
-                continue
-            if (directory / "checkpoint.pt").exists():
-                train_main(["--resume", str(directory)])
-            else:
-                train_main(["--preset", f"state-tracking/{cell}-{arm}-seed0", "--steps", str(steps), "--eval_every",
-                            str(eval_every), "--checkpoint_every", str(eval_every), "--warmup", str(min(WARMUP, steps // 10)),
-                            "--run-dir", str(directory)])
+def probe_runs(cells=CELLS, arms=ARMS, short_arms=SHORT_ARMS):
+    """``{run name: (preset run, extra options)}``: every (cell, arm), and the short-word runs on S5."""
+    runs = {f"{cell}-{arm}": (f"{cell}-{arm}-seed0", {}) for cell in cells for arm in arms}
+    runs.update({f"S5-{arm}-max{SHORT_LENGTH}": (f"S5-{arm}-seed0", {"train_max_length": SHORT_LENGTH})
+                 for arm in short_arms})
+    return runs
+
+
+def train(out, runs=None, steps=STEPS, eval_every=EVAL_EVERY):
+    """Train every run of ``runs`` (default ``probe_runs()``) not finished under ``out``: the preset's
+    seed-0 run at ``steps``, its warm-up min(``WARMUP``, steps/10) as the preset's."""
+    for name, (preset, extra) in (probe_runs() if runs is None else runs).items():
+        directory = out / name
+        if (directory / "final.json").exists():
+            continue
+        if (directory / "checkpoint.pt").exists():
+            train_main(["--resume", str(directory)])
+            continue
+        options = {"steps": steps, "eval_every": eval_every, "checkpoint_every": eval_every,
+                   "warmup": min(WARMUP, steps // 10), **extra}
+        train_main(["--preset", f"state-tracking/{preset}", *[a for k, v in options.items() for a in (f"--{k}", str(v))],
+                    "--run-dir", str(directory)])
 
 
 @torch.no_grad()
@@ -70,18 +82,17 @@ def accuracy_by_position(directory, words=WORDS, length=LENGTH):
     return (logits.argmax(-1).numpy() == targets).mean(axis=0)
 
 
-def analyse(out, cells=CELLS, arms=ARMS, words=WORDS, length=LENGTH):
-    """``{run: {"curve": [[step, train_loss]], "accuracy": [length]}}`` of the finished runs; writes JSON and PNG."""
+def analyse(out, runs=None, words=WORDS, length=LENGTH):
+    """``{run: {"curve": [[step, train_loss]], "accuracy": [length]}}`` of the finished runs of ``runs``
+    (default ``probe_runs()``); writes JSON and PNG."""
     result = {}
-    for cell in cells:
-        for arm in arms:
-            directory = out / f"{cell}-{arm}"
-            if not (directory / "final.json").exists():
-                continue
-            lines = (directory / "metrics.jsonl").read_text().splitlines()
-            curve = [[r["step"], r["train_loss"]] for r in map(json.loads, lines)]
-            result[f"{cell}-{arm}"] = {"curve": curve,
-                                       "accuracy": accuracy_by_position(directory, words, length).tolist()}
+    for name in (probe_runs() if runs is None else runs):
+        directory = out / name
+        if not (directory / "final.json").exists():
+            continue
+        lines = (directory / "metrics.jsonl").read_text().splitlines()
+        curve = [[r["step"], r["train_loss"]] for r in map(json.loads, lines)]
+        result[name] = {"curve": curve, "accuracy": accuracy_by_position(directory, words, length).tolist()}
     (out / "words_probe.json").write_text(json.dumps({"words": words, "length": length, "runs": result}, indent=1))
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, record in result.items():

@@ -8,11 +8,14 @@ from experiments import words_probe
 
 
 def test_probe_trains_skips_finished_runs_and_scores_every_position(tmp_path):
-    words_probe.train(tmp_path, cells=("S3",), arms=("lstm",), steps=2, eval_every=2)
+    runs = words_probe.probe_runs(cells=("S3",), arms=("lstm",), short_arms=("lstm",))
+    assert runs == {"S3-lstm": ("S3-lstm-seed0", {}), "S5-lstm-max4": ("S5-lstm-seed0", {"train_max_length": 4})}
+    runs = {"S3-lstm": runs["S3-lstm"]}
+    words_probe.train(tmp_path, runs, steps=2, eval_every=2)
     final = (tmp_path / "S3-lstm" / "final.json").read_text()
-    words_probe.train(tmp_path, cells=("S3",), arms=("lstm",), steps=2, eval_every=2)  # finished: not retrained
+    words_probe.train(tmp_path, runs, steps=2, eval_every=2)  # finished: not retrained
     assert (tmp_path / "S3-lstm" / "final.json").read_text() == final
-    result = words_probe.analyse(tmp_path, cells=("S3",), arms=("lstm",), words=8, length=5)
+    result = words_probe.analyse(tmp_path, runs, words=8, length=5)
     accuracy = result["S3-lstm"]["accuracy"]
     assert len(accuracy) == 5 and all(0 <= a <= 1 for a in accuracy)
     assert all(a * 8 == round(a * 8) for a in accuracy)  # a fraction of the 8 words at each position
