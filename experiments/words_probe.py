@@ -43,6 +43,7 @@ SHORT_ARMS = ("rnn-SO-input-spread", "lstm")  # also trained on S5 words of leng
 SHORT_LENGTH = 4
 STEPS = 3000
 EVAL_EVERY = 500
+CHECKPOINT_EVERY = 1000
 WORDS, LENGTH = 256, 64
 
 
@@ -64,10 +65,10 @@ def train(out, runs=None, steps=STEPS, eval_every=EVAL_EVERY):
         if (directory / "checkpoint.pt").exists():
             train_main(["--resume", str(directory)])
             continue
-        options = {"steps": steps, "eval_every": eval_every, "checkpoint_every": eval_every,
+        options = {"steps": steps, "eval_every": eval_every, "checkpoint_every": min(CHECKPOINT_EVERY, steps),
                    "warmup": min(WARMUP, steps // 10), **extra}
-        train_main(["--preset", f"state-tracking/{preset}", *[a for k, v in options.items() for a in (f"--{k}", str(v))],
-                    "--run-dir", str(directory)])
+        arguments = [a for key, value in options.items() for a in (f"--{key}", str(value))]
+        train_main(["--preset", f"state-tracking/{preset}", *arguments, "--run-dir", str(directory)])
 
 
 @torch.no_grad()
