@@ -123,6 +123,7 @@ def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
         search = tuning.tuning_runs(runs, loaded.tuning)
         _run_stage(search, out / "tune", record, workers, executor)
         runs, untuned = tuning.with_chosen_rates(runs, tuning.choose_rates(runs, loaded.tuning, out / "tune"))
+        tuning.reuse_search_runs(runs, loaded.tuning, out / "tune", out)
         known = {name: {"name": name, "status": "failed", "error": "no learning-rate search run of its arm finished"}
                  for name in untuned}
     status = _run_stage(runs, out, record, workers, executor, known)

@@ -7,6 +7,8 @@ score (the task's ``selection_key`` at the run's best step: validation only), an
 run of the arm at that rate. ``experiments.sweep`` runs the search in ``OUT/tune/``, writes
 ``OUT/chosen_rates.json`` and then runs the sweep in ``OUT``; both stages skip finished runs, so
 the whole recipe resumes, and the choice is recomputed from the finished search runs each time.
+A search at the full budget (``Tuning.options`` empty) with a seed the sweep also runs trains that
+seed's run at the chosen rate already: ``reuse_search_runs`` copies it instead of training it twice.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 from pathlib import Path
 
 from experiments.sweep_run import arm_of
@@ -81,3 +84,22 @@ def with_chosen_rates(runs, chosen):
         else:
             untuned.append(run.name)
     return tuned, untuned
+
+
+def reuse_search_runs(runs, tuning, directory, out):
+    """Copy every finished search run under ``directory`` that is one of ``runs`` (at their chosen
+    rates; the same model, task and options, seed included) to ``out/<run name>``, where that run has
+    not started; its ``command.txt`` then names the new directory. Returns the names copied."""
+    search = {(r.model, r.task, json.dumps(r.options, sort_keys=True)): r.name for r in tuning_runs(runs, tuning)}
+    copied = []
+    for run in runs:
+        name = search.get((run.model, run.task, json.dumps(run.options, sort_keys=True)))
+        source, target = Path(directory) / str(name), Path(out) / run.name
+        if name is None or not (source / "final.json").exists() or target.exists():
+            continue
+        shutil.copytree(source, target)
+        command = target / "command.txt"
+        if command.exists():
+            command.write_text(command.read_text().replace(str(source), str(target)))
+        copied.append(run.name)
+    return copied

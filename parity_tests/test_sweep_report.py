@@ -237,3 +237,31 @@ def test_the_rate_choice_reads_each_arms_search_runs_and_skips_unfinished_or_div
     tuned, untuned = with_chosen_rates(runs, chosen)
     assert [r.options["lr"] for r in tuned] == [1e-2] * 3 + [1e-3] * 3
     assert untuned == ["c-seed0", "c-seed1", "c-seed2"]
+
+
+def test_a_full_budget_search_run_is_reused_as_its_seeds_run_and_equals_training_it_again(tmp_path):
+    from experiments.sweep_run import SweepRun, Tuning
+    from experiments.train import build_config
+    from experiments.train import run as train_run
+    from experiments.tuning import choose_rates, reuse_search_runs, tuning_runs, with_chosen_rates
+
+    options = {"steps": 4, "batch": 2, "eval_every": 2, "checkpoint_every": 2, "delay": 3, "eval_sequences": 2,
+               "hidden_size": 4, "warmup": 0}
+    runs = [SweepRun(f"a-seed{seed}", "lstm", "copy", {**options, "lr": 1.0, "seed": seed}) for seed in (0, 1)]
+    tuning = Tuning(rates=(1e-3, 1e-2))  # the full budget: the seed-0 search run is a run of the sweep
+    for search in tuning_runs(runs, tuning):
+        train_run(build_config(search.model, search.task, search.options), tmp_path / "tune" / search.name)
+    tuned, _ = with_chosen_rates(runs, choose_rates(runs, tuning, tmp_path / "tune"))
+    assert reuse_search_runs(tuned, tuning, tmp_path / "tune", tmp_path) == ["a-seed0"]
+    rate = tuned[0].options["lr"]
+    source = tmp_path / "tune" / f"a-lr{rate:g}"
+    assert (tmp_path / "a-seed0" / "final.json").read_text() == (source / "final.json").read_text()
+    assert str(tmp_path / "a-seed0") in (tmp_path / "a-seed0" / "command.txt").read_text()
+    assert str(source) not in (tmp_path / "a-seed0" / "command.txt").read_text()
+    again = train_run(build_config("lstm", "copy", tuned[0].options), tmp_path / "again")  # what reuse replaces
+    timing = ("tokens_per_second", "train_seconds")
+    reused = json.loads((tmp_path / "a-seed0" / "final.json").read_text())
+    assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in reused.items() if k not in timing}
+    assert reuse_search_runs(tuned, tuning, tmp_path / "tune", tmp_path) == []  # already there: not copied again
+    shorter = Tuning(rates=(1e-3, 1e-2), options={"steps": 2})  # a shorter search is never a run of the sweep
+    assert reuse_search_runs(tuned, shorter, tmp_path / "tune", tmp_path / "other") == []
