@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import matplotlib
@@ -57,11 +58,15 @@ def probe_runs(cells=CELLS, arms=ARMS, short_arms=SHORT_ARMS):
 
 def train(out, runs=None, steps=STEPS, eval_every=EVAL_EVERY):
     """Train every run of ``runs`` (default ``probe_runs()``) not finished under ``out``: the preset's
-    seed-0 run at ``steps``, its warm-up min(``WARMUP``, steps/10) as the preset's."""
+    seed-0 run at ``steps``, its warm-up min(``WARMUP``, steps/10) as the preset's. A finished run
+    without its checkpoint (a fresh clone: checkpoints are not committed) is trained again, which
+    reproduces it on one thread (``main`` sets it)."""
     for name, (preset, extra) in (probe_runs() if runs is None else runs).items():
         directory = out / name
-        if (directory / "final.json").exists():
+        if (directory / "final.json").exists() and (directory / "checkpoint.pt").exists():
             continue
+        if (directory / "final.json").exists():  # a committed run (checkpoints are not committed): train it again
+            shutil.rmtree(directory)
         if (directory / "checkpoint.pt").exists():
             train_main(["--resume", str(directory)])
             continue

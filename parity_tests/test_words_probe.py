@@ -15,6 +15,11 @@ def test_probe_trains_skips_finished_runs_and_scores_every_position(tmp_path):
     final = (tmp_path / "S3-lstm" / "final.json").read_text()
     words_probe.train(tmp_path, runs, steps=2, eval_every=2)  # finished: not retrained
     assert (tmp_path / "S3-lstm" / "final.json").read_text() == final
+    (tmp_path / "S3-lstm" / "checkpoint.pt").unlink()  # as on a fresh clone: trained again, to the same result
+    words_probe.train(tmp_path, runs, steps=2, eval_every=2)
+    again, first = (json.loads(t) for t in ((tmp_path / "S3-lstm" / "final.json").read_text(), final))
+    timing = ("tokens_per_second", "train_seconds")
+    assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in first.items() if k not in timing}
     result = words_probe.analyse(tmp_path, runs, words=8, length=5)
     accuracy = result["S3-lstm"]["accuracy"]
     assert len(accuracy) == 5 and all(0 <= a <= 1 for a in accuracy)
