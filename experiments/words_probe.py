@@ -15,6 +15,12 @@ multiplication table alone; a model that has found the group's law is right at e
 ``words_probe.json`` (per run: the training curve, the accuracy by position) and
 ``words_probe.png`` into OUT; the runs themselves go to OUT/<cell>-<arm>/ (resumable: a finished
 run is not trained again). Single-threaded, about 1–3 minutes per run.
+
+Provenance of the committed probe (experiments/results/state_tracking/words_probe): the eight
+3,000-step runs were trained (revisions in their git_revision.txt) by the equivalent ``experiments.train
+--preset ... --steps 3000`` command lines in their command.txt, on torch's default two threads;
+the two ``-max4`` runs and the analysis by this module. Re-running it trains all of them on one
+thread, which moves their digits (see the README's note on threads), not the reading.
 """
 
 from __future__ import annotations
