@@ -6,9 +6,10 @@ and the accuracy at each position of a word.
 In the ``state-tracking`` study (300 steps) every arm stays at chance on A5 and S5 at every test
 length, while the input-driven SO and U RNNs solve S3. This probe trains four arms of that study
 (the input-driven SO RNN with the default and the spread init, the input-driven U RNN and the
-LSTM; seed 0, the preset's configs) for ``STEPS`` steps on each group, and two of them on S5
-words of length ≤ ``SHORT_LENGTH`` only (is it the long words that drown the signal?), then
-measures, on
+LSTM; seed 0, the preset's configs) for ``STEPS`` steps on each group; two of them on S5 words
+of length ≤ ``SHORT_LENGTH`` only (is it the long words that drown the signal?), and the same two
+on each group with a long curriculum (the longest word grows from 2 to 64 over
+``CURRICULUM_STEPS`` steps, against 225 of 300 in the study); then it measures, on
 ``WORDS`` fresh test words of length 64, the accuracy at each position t (the label is the running
 product g_1 ⋯ g_t). Position 1 needs no memory (the label is the token itself) and position 2 the
 multiplication table alone; a model that has found the group's law is right at every t. Writes
@@ -48,6 +49,7 @@ CELLS = ("S5", "A5")
 ARMS = ("rnn-SO-input-spread", "rnn-SO-input", "rnn-U-input", "lstm")
 SHORT_ARMS = ("rnn-SO-input-spread", "lstm")  # also trained on S5 words of length ≤ SHORT_LENGTH only
 SHORT_LENGTH = 4
+CURRICULUM_STEPS = 2500  # the long-curriculum runs: the longest word grows from 2 to 64 over these steps
 STEPS = 3000
 EVAL_EVERY = 500
 CHECKPOINT_EVERY = 1000
@@ -59,6 +61,9 @@ def probe_runs(cells=CELLS, arms=ARMS, short_arms=SHORT_ARMS):
     runs = {f"{cell}-{arm}": (f"{cell}-{arm}-seed0", {}) for cell in cells for arm in arms}
     runs.update({f"S5-{arm}-max{SHORT_LENGTH}": (f"S5-{arm}-seed0", {"train_max_length": SHORT_LENGTH})
                  for arm in short_arms})
+    runs.update({f"{cell}-{arm}-curriculum{CURRICULUM_STEPS}": (f"{cell}-{arm}-seed0", {"train_min_length": 2,
+                                                                                      "curriculum_steps": CURRICULUM_STEPS})
+                 for cell in cells for arm in short_arms})
     return runs
 
 

@@ -9,7 +9,9 @@ from experiments import words_probe
 
 def test_probe_trains_skips_finished_runs_and_scores_every_position(tmp_path):
     runs = words_probe.probe_runs(cells=("S3",), arms=("lstm",), short_arms=("lstm",))
-    assert runs == {"S3-lstm": ("S3-lstm-seed0", {}), "S5-lstm-max4": ("S5-lstm-seed0", {"train_max_length": 4})}
+    curriculum = {"train_min_length": 2, "curriculum_steps": words_probe.CURRICULUM_STEPS}
+    assert runs == {"S3-lstm": ("S3-lstm-seed0", {}), "S5-lstm-max4": ("S5-lstm-seed0", {"train_max_length": 4}),
+                    f"S3-lstm-curriculum{words_probe.CURRICULUM_STEPS}": ("S3-lstm-seed0", curriculum)}
     runs = {"S3-lstm": runs["S3-lstm"]}
     words_probe.train(tmp_path, runs, steps=2, eval_every=2)
     final = (tmp_path / "S3-lstm" / "final.json").read_text()
