@@ -50,6 +50,7 @@ ARMS = ("rnn-SO-input-spread", "rnn-SO-input", "rnn-U-input", "lstm")
 SHORT_ARMS = ("rnn-SO-input-spread", "lstm")  # also trained on S5 words of length ≤ SHORT_LENGTH only
 SHORT_LENGTH = 4
 CURRICULUM_STEPS = 2500  # the long-curriculum runs: the longest word grows from 2 to 64 over these steps
+A5_CURRICULUM_EXTRA = (("rnn-SO-input-spread", 1), ("rnn-SO-input-spread", 2), ("rnn-SO-input", 0))
 STEPS = 3000
 EVAL_EVERY = 500
 CHECKPOINT_EVERY = 1000
@@ -61,9 +62,12 @@ def probe_runs(cells=CELLS, arms=ARMS, short_arms=SHORT_ARMS):
     runs = {f"{cell}-{arm}": (f"{cell}-{arm}-seed0", {}) for cell in cells for arm in arms}
     runs.update({f"S5-{arm}-max{SHORT_LENGTH}": (f"S5-{arm}-seed0", {"train_max_length": SHORT_LENGTH})
                  for arm in short_arms})
-    runs.update({f"{cell}-{arm}-curriculum{CURRICULUM_STEPS}": (f"{cell}-{arm}-seed0", {"train_min_length": 2,
-                                                                                      "curriculum_steps": CURRICULUM_STEPS})
+    curriculum = {"train_min_length": 2, "curriculum_steps": CURRICULUM_STEPS}
+    runs.update({f"{cell}-{arm}-curriculum{CURRICULUM_STEPS}": (f"{cell}-{arm}-seed0", curriculum)
                  for cell in cells for arm in short_arms})
+    if "A5" in cells:  # what solved A5 (the spread init and the long curriculum): two more seeds, and without spread
+        runs.update({f"A5-{arm}-curriculum{CURRICULUM_STEPS}-seed{seed}": (f"A5-{arm}-seed{seed}", curriculum)
+                     for arm, seed in A5_CURRICULUM_EXTRA})
     return runs
 
 
