@@ -50,7 +50,9 @@ ARMS = ("rnn-SO-input-spread", "rnn-SO-input", "rnn-U-input", "lstm")
 SHORT_ARMS = ("rnn-SO-input-spread", "lstm")  # also trained on S5 words of length ≤ SHORT_LENGTH only
 SHORT_LENGTH = 4
 CURRICULUM_STEPS = 2500  # the long-curriculum runs: the longest word grows from 2 to 64 over these steps
-A5_CURRICULUM_EXTRA = (("rnn-SO-input-spread", 1), ("rnn-SO-input-spread", 2), ("rnn-SO-input", 0))
+A5_CURRICULUM_EXTRA = (("rnn-SO-input-spread", 1), ("rnn-SO-input-spread", 2), ("rnn-SO-input", 0),
+                       ("rnn-U-input", 0))
+S5_CURRICULUM_EXTRA = (("rnn-SO-input", 0), ("rnn-U-input", 0))
 STEPS = 3000
 EVAL_EVERY = 500
 CHECKPOINT_EVERY = 1000
@@ -65,9 +67,10 @@ def probe_runs(cells=CELLS, arms=ARMS, short_arms=SHORT_ARMS):
     curriculum = {"train_min_length": 2, "curriculum_steps": CURRICULUM_STEPS}
     runs.update({f"{cell}-{arm}-curriculum{CURRICULUM_STEPS}": (f"{cell}-{arm}-seed0", curriculum)
                  for cell in cells for arm in short_arms})
-    if "A5" in cells:  # what solved A5 (the spread init and the long curriculum): two more seeds, and without spread
-        runs.update({f"A5-{arm}-curriculum{CURRICULUM_STEPS}-seed{seed}": (f"A5-{arm}-seed{seed}", curriculum)
-                     for arm, seed in A5_CURRICULUM_EXTRA})
+    for cell, extra in (("A5", A5_CURRICULUM_EXTRA), ("S5", S5_CURRICULUM_EXTRA)):  # what solved A5, more seeds/arms
+        if cell in cells:
+            runs.update({f"{cell}-{arm}-curriculum{CURRICULUM_STEPS}-seed{seed}":
+                         (f"{cell}-{arm}-seed{seed}", curriculum) for arm, seed in extra})
     return runs
 
 
@@ -98,7 +101,8 @@ def accuracy_by_position(directory, words=WORDS, length=LENGTH):
     model = build_model(config.model)
     model.load_state_dict(load_checkpoint_file(directory / "checkpoint.pt", "cpu")["model"])
     model.eval()
-    inputs, targets = word_batch(permutation_group(config.task.word_group), split_generator(config.train.seed, "test"), words, length)
+    group = permutation_group(config.task.word_group)
+    inputs, targets = word_batch(group, split_generator(config.train.seed, "test"), words, length)
     logits, _ = model(torch.from_numpy(inputs))
     return (logits.argmax(-1).numpy() == targets).mean(axis=0)
 
