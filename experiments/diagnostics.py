@@ -32,6 +32,8 @@ from manifold_impl.group_rnn import GroupRNN
 from manifold_impl.linalg import realvec
 
 LAGS = (1, 10)
+DYNAMICS_KEYS = ("dyn_rotation_mean", "dyn_rotation_max", "dyn_drive_norm", "dyn_input_norm", "dyn_state_norm",
+                 *(f"dyn_similarity@{lag}" for lag in LAGS), "dyn_readout_norm")  # what ``dynamics`` returns
 DIAGNOSTIC_PREFIXES = ("grad_norm", "dyn_")  # of every key these diagnostics write
 
 
@@ -75,6 +77,8 @@ def dynamics(model, tokens):
     drive = cell.input_map(model.embedding(tokens))  # d_t = W e_t + b: [B, T, dim]
     state_term = cell.state_map(group.features(previous)) if cell.state_map is not None else torch.zeros_like(drive)
     coordinates = drive + state_term
+    if not torch.isfinite(coordinates).all():  # a diverged model: no spectral norm to take
+        return {key: float("nan") for key in DYNAMICS_KEYS}
     rotation = torch.linalg.matrix_norm(group.hat(cell.mixing(coordinates)), ord=2)  # [B, T]
     result = {"dyn_rotation_mean": rotation.mean().item(), "dyn_rotation_max": rotation.max().item(),
               "dyn_drive_norm": torch.linalg.vector_norm(coordinates, dim=-1).mean().item(),

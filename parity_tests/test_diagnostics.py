@@ -116,3 +116,12 @@ def test_a_short_group_rnn_run_records_finite_diagnostics(tmp_path):
             else:
                 assert not any(key.startswith("dyn_") for key in record) and "grad_norm" in record
             assert all(math.isfinite(v) for k, v in record.items() if k.startswith(("dyn_", "grad_norm")))
+
+
+def test_a_diverged_model_gets_nan_dynamics_with_every_key():
+    model = _hand_set_o2([0.3, -1.1, 2.0], 0.15, 0.4, 0.7)
+    finite = dynamics(model, torch.zeros(2, 12, dtype=torch.long))
+    with torch.no_grad():
+        model.cell.input_map.weight.fill_(float("inf"))  # what a diverged run leaves
+    got = dynamics(model, torch.zeros(2, 12, dtype=torch.long))
+    assert set(got) == set(finite) and all(math.isnan(value) for value in got.values())

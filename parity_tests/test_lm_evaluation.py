@@ -62,3 +62,13 @@ def test_the_test_evaluation_adds_carried_bits_for_recurrent_models_only():
     assert "test_carried_bits_per_token" not in attention
     with pytest.raises(ValueError, match="carried_streams"):
         LanguageModelling.Config(dataset="ptb_char", carried_streams=-1)
+
+
+def test_a_carried_state_that_leaves_its_group_scores_nan_not_an_error():
+    config = GroupRNNConfig(vocab_size=VOCAB, group="GL", n=3, embedding_dim=4)
+    model = build_model(config, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).eval()
+    stream = np.random.default_rng(1).integers(0, VOCAB, size=38)
+    assert math.isfinite(carried_bits(model, stream, 5))
+    with torch.no_grad():  # an H_0 of rank one (numerically): every product from it stays singular
+        model.cell.initial_state.copy_(torch.diag(torch.tensor([1.0, 1e-30, 1e-30], dtype=torch.float64)))
+    assert math.isnan(carried_bits(model, stream, 5))

@@ -73,7 +73,9 @@ def carried_bits(model, stream, length, streams=1):
     tokens (the last few tokens that do not fill a piece are dropped) read side by side as one
     batch; each piece is fed in chunks of ``length`` tokens, every chunk continuing from the cache
     the previous one returned (``logits, cache = model(chunk, cache)``), so the state restarts only
-    at the start of a piece. Equal to one forward pass over each whole piece (tested).
+    at the start of a piece. Equal to one forward pass over each whole piece (tested). A carried
+    state that has left the model's group (GL: a long product of matrices loses rank in float32)
+    ends the evaluation with NaN, as a diverged run's score, instead of a refused call.
     """
     per_piece = (len(stream) - 1) // streams
     if per_piece < 1:
@@ -82,6 +84,8 @@ def carried_bits(model, stream, length, streams=1):
     pieces, cache, losses = pieces.to(model_device(model)), None, []
     for start in range(0, per_piece, length):
         chunk = pieces[:, start:start + length + 1]
+        if cache is not None and hasattr(model, "group") and not model.group.is_member(cache.state):
+            return float("nan")
         logits, cache = model(chunk[:, :-1], cache)
         losses.append(_scored_nats(logits, chunk[:, 1:]))
     return float(np.mean(np.concatenate(losses))) / math.log(2)
