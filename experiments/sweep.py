@@ -46,6 +46,7 @@ def execute(run, directory):
     directory = Path(directory)
     try:
         train.run(train.build_config(run.model, run.task, run.options), directory)
+        (directory / "error.txt").unlink(missing_ok=True)  # an earlier attempt's failure, now stale
         return {"name": run.name, "status": "done"}
     except Exception:  # noqa: BLE001 - one failing run must not stop the sweep
         directory.mkdir(parents=True, exist_ok=True)

@@ -265,3 +265,15 @@ def test_a_full_budget_search_run_is_reused_as_its_seeds_run_and_equals_training
     assert reuse_search_runs(tuned, tuning, tmp_path / "tune", tmp_path) == []  # already there: not copied again
     shorter = Tuning(rates=(1e-3, 1e-2), options={"steps": 2})  # a shorter search is never a run of the sweep
     assert reuse_search_runs(tuned, shorter, tmp_path / "tune", tmp_path / "other") == []
+
+
+def test_a_run_that_finishes_after_a_failed_attempt_drops_the_stale_error(tmp_path):
+    from experiments.sweep import execute
+    from experiments.sweep_run import SweepRun
+
+    run = SweepRun("a-seed0", "lstm", "copy", {"steps": 2, "batch": 2, "eval_every": 2, "checkpoint_every": 2,
+                                               "delay": 3, "eval_sequences": 2, "hidden_size": 4, "warmup": 0})
+    (tmp_path / run.name).mkdir()
+    (tmp_path / run.name / "error.txt").write_text("Traceback: an earlier attempt\n")
+    assert execute(run, tmp_path / run.name)["status"] == "done"
+    assert (tmp_path / run.name / "final.json").exists() and not (tmp_path / run.name / "error.txt").exists()
