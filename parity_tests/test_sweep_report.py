@@ -179,9 +179,10 @@ def test_the_report_flags_a_best_step_at_the_last_evaluation():
     assert best_steps(runs) == f"300, 400{NOT_CONVERGED}"
 
 
-@pytest.mark.parametrize("preset, dataset, vocab_size", [("charlm-v2-ptb", "ptb_char", 50),
-                                                         ("charlm-v2-shakespeare", "tinyshakespeare", 65)])
-def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, vocab_size, monkeypatch):
+@pytest.mark.parametrize("preset, dataset, folder, vocab_size", [("charlm-v2-ptb", "ptb_char", "ptb_char", 50),
+                                                                 ("charlm-v2-shakespeare", "tinyshakespeare",
+                                                                  "shakespeare", 65)])
+def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, folder, vocab_size, monkeypatch):
     from experiments.params_budget import TOLERANCE, parameter_count
     from experiments.sweep_run import LEARNING_RATES, arm_of
     from experiments.sweeps import charlm_v2, load_sweep
@@ -190,7 +191,7 @@ def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, v
     sweep = load_sweep(preset)
     assert sweep.tuning.rates == LEARNING_RATES == (3e-4, 1e-3, 3e-3, 1e-2) and sweep.tuning.seed == 0
     assert sweep.tuning.options["steps"] < charlm_v2.STEPS
-    assert sweep.out == f"experiments/results/charlm_v2/{dataset}"
+    assert sweep.out == f"experiments/results/charlm_v2/{folder}"
     arms = {arm_of(run.name) for run in sweep.runs}
     assert arms == {"lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O",
                     "rnn-O-fix", "rnn-O16-fix"}

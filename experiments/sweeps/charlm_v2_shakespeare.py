@@ -2,5 +2,5 @@
 
 from experiments.sweeps.charlm_v2 import TUNING, runs  # noqa: F401 - TUNING makes the sweep tune its rates
 
-OUT = "experiments/results/charlm_v2/tinyshakespeare"
+OUT = "experiments/results/charlm_v2/shakespeare"
 RUNS = runs("tinyshakespeare", vocab_size=65)
