@@ -1,0 +1,170 @@
+"""The verdict of the v2 character-level study on the paper's three claims (issue 13 item 6).
+
+``python -m experiments.charlm_claims [DIR]`` reads DIR (default ``experiments/results/charlm_v2``),
+which holds one finished sweep of ``experiments/sweeps/charlm_v2.py`` per dataset (``shakespeare/``,
+``ptb_char/``), and writes ``DIR/claims.md`` and ``DIR/claims.json``. The claims and the comparisons
+that test them (``COMPARISONS``):
+
+1. the group models are competitive with matched baselines: each group arm − the LSTM, − the GPT;
+2. they beat their unconstrained counterpart: the O RNNs − the GL RNN;
+3. tangent-space mixing adds about 2–3% relative: O with scalar mixing − O without (both with the
+   fix of item 2, ``rnn-O-fix``);
+
+and two that explain the numbers: the fix (``rnn-O-fix`` − ``rnn-O``) and the two O shapes
+(``rnn-O16-fix`` − ``rnn-O-fix``).
+
+A comparison a − b pairs the runs of arms a and b by seed (the seeds both finished with a finite
+score). Per seed s it takes the test bits per character of each run's best-validation model,
+d_s = a_s − b_s and r_s = 100 · d_s / b_s (percent), and reports the mean of d and of r with their
+95% t-intervals over the paired seeds (``experiments.stats.mean_ci``): windowed, and with the state
+carried across the test split where both arms are recurrent. A negative difference favours a.
+
+Each dataset also gets its checks (issue 13's acceptance): the unigram level, the cross-entropy of
+the training split's character frequencies (add-one smoothed) on the test split, with every arm's
+worst seed against it; and each arm's best steps, flagged where a best step is the run's last
+evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from experiments.datasets import load_dataset
+from experiments.report import NOT_CONVERGED, best_steps, load_runs
+from experiments.stats import mean_ci
+
+DEFAULT_DIR = Path("experiments/results/charlm_v2")
+DATASET_FOLDERS = {"shakespeare": "Tiny Shakespeare", "ptb_char": "Penn Treebank characters"}
+GROUP_ARMS = ("rnn-O", "rnn-O-fix", "rnn-O16-fix", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "transformer-O")
+COMPACT_RNN_ARMS = tuple(arm for arm in GROUP_ARMS if arm.startswith("rnn-"))
+CLAIM_1 = "1. competitive with matched baselines"
+CLAIM_2 = "2. better than the unconstrained GL"
+CLAIM_3 = "3. mixing adds 2–3% relative"
+COMPARISONS = (  # (what it tests, arm a, arm b): a − b
+    *((CLAIM_1, arm, baseline) for baseline in ("lstm", "gpt") for arm in GROUP_ARMS),
+    (CLAIM_2, "rnn-O", "rnn-GL"), (CLAIM_2, "rnn-O-fix", "rnn-GL"),
+    (CLAIM_3, "rnn-O-mix-scalar", "rnn-O-fix"),
+    ("the fix of item 2", "rnn-O-fix", "rnn-O"),
+    ("the O shape: n = 16, wide embedding", "rnn-O16-fix", "rnn-O-fix"))
+SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}
+
+
+def unigram_bits(train, test, vocab_size):
+    """Cross-entropy in bits of the add-one smoothed training frequencies on ``test``:
+    −mean_t log2 p(x_t), p(v) = (count_train(v) + 1) / (len(train) + vocab_size)."""
+    train, test = np.asarray(train), np.asarray(test)
+    if train.size == 0 or test.size == 0:
+        raise ValueError("unigram_bits needs non-empty train and test streams")
+    if min(train.min(), test.min()) < 0 or max(train.max(), test.max()) >= vocab_size:
+        raise ValueError(f"token ids must lie in [0, {vocab_size})")
+    probability = (np.bincount(train, minlength=vocab_size) + 1) / (train.size + vocab_size)
+    return float(-np.log2(probability[test]).mean())
+
+
+def _seed_scores(runs, key):
+    scores = {run["config"]["train"]["seed"]: run["final"].get(key) for run in runs}
+    return {seed: score for seed, score in scores.items() if score is not None and math.isfinite(score)}
+
+
+def paired(arms, first, second, key):
+    """The seed-paired comparison ``first − second`` of ``key`` (a final.json score), or None when
+    the arms share no seed with finite scores: ``{"seeds", "difference", "half_width",
+    "relative_percent", "relative_half_width"}`` (half-widths NaN for one seed)."""
+    a, b = (_seed_scores(arms.get(arm, []), key) for arm in (first, second))
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return None
+    x, y = np.array([a[s] for s in seeds]), np.array([b[s] for s in seeds])
+    difference, half = mean_ci(x - y)
+    relative, relative_half = mean_ci(100 * (x - y) / y)
+    return {"seeds": seeds, "difference": difference, "half_width": half, "relative_percent": relative,
+            "relative_half_width": relative_half}
+
+
+def comparisons(arms):
+    """Every comparison of ``COMPARISONS`` whose arms both have runs, windowed and carried."""
+    rows = []
+    for claim, first, second in COMPARISONS:
+        scores = {mode: paired(arms, first, second, key) for mode, key in SCORES.items()}
+        if scores["windowed"] is not None:
+            rows.append({"claim": claim, "comparison": f"{first} − {second}", **scores})
+    return rows
+
+
+def checks(arms, unigram):
+    """Per arm: its seeds' worst test bits (inf where one diverged) against the unigram level, and its
+    best steps."""
+    rows = {}
+    for arm, runs in arms.items():
+        worst = max(v if math.isfinite(v) else math.inf for v in (r["final"]["test_bits_per_token"] for r in runs))
+        rows[arm] = {"worst_test_bits": worst, "below_unigram": bool(math.isfinite(worst) and worst < unigram),
+                     "best_steps": [run["final"].get("best_step") for run in runs],
+                     "steps": [run["final"]["steps"] for run in runs]}
+    return rows
+
+
+def _interval(result, percent=False):
+    if result is None:
+        return "—"
+    mean, half = ((result["relative_percent"], result["relative_half_width"]) if percent
+                  else (result["difference"], result["half_width"]))
+    unit = "%" if percent else ""
+    return f"{mean:+.{2 if percent else 4}f}{unit} ± {half:.{2 if percent else 4}f}{unit}" if math.isfinite(half) \
+        else f"{mean:+.4f}{unit} (one seed)"
+
+
+def dataset_markdown(title, unigram, rows, arm_checks, arms):
+    lines = [f"## {title}", "", f"Unigram level (training frequencies, add-one, on test): {unigram:.3f} bits.", "",
+             "| claim | a − b | seeds | Δ test bits, windowed | relative | Δ test bits, state carried | relative |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['claim']} | {row['comparison']} | {len(row['windowed']['seeds'])} | "
+                     f"{_interval(row['windowed'])} | {_interval(row['windowed'], True)} | "
+                     f"{_interval(row['carried'])} | {_interval(row['carried'], True)} |")
+    lines += ["", "| arm | worst seed's test bits | below the unigram? | best steps |", "|---|---|---|---|"]
+    for arm, check in arm_checks.items():
+        lines.append(f"| {arm} | {check['worst_test_bits']:.4f} | {'yes' if check['below_unigram'] else 'NO'} | "
+                     f"{best_steps(arms[arm])} |")
+    return "\n".join(lines) + "\n"
+
+
+def claims(directory=DEFAULT_DIR):
+    """Write ``claims.md`` and ``claims.json`` into ``directory`` for each dataset folder with finished
+    runs; returns the Markdown."""
+    directory = Path(directory)
+    sections, record = [], {}
+    for folder, title in DATASET_FOLDERS.items():
+        if not any((directory / folder).glob("*/final.json")):
+            continue
+        arms = load_runs(directory / folder)
+        first = next(iter(arms.values()))[0]["config"]
+        dataset = load_dataset(first["task"]["dataset"])
+        unigram = unigram_bits(dataset.streams["train"], dataset.streams["test"], first["model"]["vocab_size"])
+        rows, arm_checks = comparisons(arms), checks(arms, unigram)
+        record[folder] = {"unigram_bits": unigram, "comparisons": rows, "checks": arm_checks}
+        sections.append(dataset_markdown(title, unigram, rows, arm_checks, arms))
+    if not sections:
+        raise ValueError(f"no finished runs under any of {[str(directory / f) for f in DATASET_FOLDERS]}")
+    markdown = ("# The paper's claims, seed-paired\n\nTest bits per character of each run's best-validation "
+                "model; a − b paired by seed, mean ± 95% t-interval over the paired seeds; relative = "
+                f"100 (a − b) / b. Negative favours a. {NOT_CONVERGED}: the best step is the run's last "
+                "evaluation. Written by `python -m experiments.charlm_claims`.\n\n" + "\n".join(sections))
+    (directory / "claims.md").write_text(markdown)
+    (directory / "claims.json").write_text(json.dumps(record, indent=2, allow_nan=True))
+    return markdown
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.charlm_claims", description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path, nargs="?", default=DEFAULT_DIR)
+    print(claims(parser.parse_args(argv).directory))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

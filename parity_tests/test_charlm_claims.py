@@ -1,0 +1,82 @@
+"""The v2 study's verdict table: seed-paired differences, the unigram level and the convergence flags."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from experiments.charlm_claims import claims, paired, unigram_bits
+
+
+def test_the_unigram_level_is_the_add_one_cross_entropy():
+    # train counts (2, 1, 0) of 3 symbols, add-one: p = (3, 2, 1) / 6; test [0, 1, 2]
+    expected = -(math.log2(3 / 6) + math.log2(2 / 6) + math.log2(1 / 6)) / 3
+    assert unigram_bits([0, 0, 1], [0, 1, 2], 3) == pytest.approx(expected, abs=1e-15)
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        unigram_bits([0, 3], [0], 3)
+    with pytest.raises(ValueError, match="non-empty"):
+        unigram_bits([], [0], 3)
+
+
+def _run(root, arm, seed, windowed, carried=None, best_step=400, steps=400):
+    run = root / f"{arm}-seed{seed}"
+    run.mkdir(parents=True)
+    run.joinpath("config.json").write_text(json.dumps(
+        {"train": {"model": arm, "task": "lm", "seed": seed, "lr": 1e-3},
+         "task": {"dataset": "tinyshakespeare"}, "model": {"vocab_size": 65}}))
+    final = {"steps": steps, "best_step": best_step, "test_bits_per_token": windowed, "parameters": 10,
+             "tokens_per_second": 1.0}
+    if carried is not None:
+        final["test_carried_bits_per_token"] = carried
+    run.joinpath("final.json").write_text(json.dumps(final))
+
+
+def test_the_claims_pair_arms_by_seed_and_check_each_arm_against_the_unigram(tmp_path):
+    folder = tmp_path / "shakespeare"
+    lstm = {0: 2.0, 1: 2.2, 2: 2.1}
+    o_fix = {0: 2.5, 1: 2.6, 3: 9.9}  # seed 3 has no LSTM twin: left out of the pairing
+    for seed, bits in lstm.items():
+        _run(folder, "lstm", seed, bits, carried=bits - 0.1, best_step=300)
+    for seed, bits in o_fix.items():
+        _run(folder, "rnn-O-fix", seed, bits, carried=bits - 0.2)
+    _run(folder, "gpt", 0, 2.3)  # no carried score: that column reads —
+    markdown = claims(tmp_path)
+    record = json.loads((tmp_path / "claims.json").read_text())["shakespeare"]
+
+    rows = {row["comparison"]: row for row in record["comparisons"]}
+    windowed = rows["rnn-O-fix − lstm"]["windowed"]
+    differences = np.array([0.5, 0.4])
+    assert windowed["seeds"] == [0, 1]
+    assert windowed["difference"] == pytest.approx(0.45)
+    assert windowed["half_width"] == pytest.approx(scipy.stats.t.ppf(0.975, 1) * differences.std(ddof=1) / math.sqrt(2))
+    assert windowed["relative_percent"] == pytest.approx(np.mean(100 * differences / np.array([2.0, 2.2])))
+    assert rows["rnn-O-fix − lstm"]["carried"]["difference"] == pytest.approx(0.35)
+    assert rows["rnn-O-fix − gpt"]["carried"] is None
+    assert math.isnan(rows["rnn-O-fix − gpt"]["windowed"]["half_width"])  # one paired seed
+    assert "rnn-O − rnn-GL" not in rows  # arms without runs are not compared
+
+    checks = record["checks"]
+    assert 4.5 < record["unigram_bits"] < 5.0  # Tiny Shakespeare's characters
+    assert checks["lstm"]["below_unigram"] and not checks["rnn-O-fix"]["below_unigram"]  # seed 3: 9.9 bits
+    assert "| rnn-O-fix | 9.9000 | NO | 400†, 400†, 400† |" in markdown
+    assert "| lstm | 2.2000 | yes | 300, 300, 300 |" in markdown
+
+
+def test_a_diverged_seed_is_left_out_of_the_pairing_and_fails_the_unigram_check(tmp_path):
+    folder = tmp_path / "shakespeare"
+    for seed, bits in ((0, 2.0), (1, float("nan"))):
+        _run(folder, "rnn-O", seed, bits)
+        _run(folder, "rnn-GL", seed, 2.5)
+    claims(tmp_path)
+    record = json.loads((tmp_path / "claims.json").read_text(), parse_constant=float)["shakespeare"]
+    assert paired({}, "rnn-O", "rnn-GL", "test_bits_per_token") is None
+    row = next(r for r in record["comparisons"] if r["comparison"] == "rnn-O − rnn-GL")
+    assert row["windowed"]["seeds"] == [0] and row["windowed"]["difference"] == pytest.approx(-0.5)
+    assert record["checks"]["rnn-O"]["below_unigram"] is False
+
+
+def test_claims_need_finished_runs(tmp_path):
+    with pytest.raises(ValueError, match="no finished runs"):
+        claims(tmp_path)
