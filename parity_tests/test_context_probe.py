@@ -1,0 +1,51 @@
+"""The linear context probe: what it reads is what the logits are affine in, and its accuracy."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from experiments import train
+from experiments.context_probe import probe, probe_accuracy, readout_inputs
+from experiments.models import build_model
+
+TINY = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eval_every": 2, "eval_tokens": 64,
+        "checkpoint_every": 2}
+
+
+@pytest.mark.parametrize("model, options", [("group_rnn", {"group": "O", "n": 4, "embedding_dim": 5}),
+                                            ("group_rnn", {"group": "T", "n": 3, "embedding_dim": 5}),
+                                            ("lstm", {"hidden_size": 6})])
+def test_the_probe_reads_the_vector_the_logits_are_affine_in(model, options):
+    config = train.build_config(model, "lm", {**TINY, **options}).model
+    network = build_model(config, dtype=torch.float64)
+    tokens = torch.randint(0, config.vocab_size, (3, 20), generator=torch.Generator().manual_seed(0))
+    features = readout_inputs(network, tokens).reshape(60, -1).numpy()
+    logits = network(tokens)[0].reshape(60, -1).detach().numpy()
+    design = np.hstack([features, np.ones((60, 1))])  # fewer columns than the 60 rows
+    fitted = design @ np.linalg.lstsq(design, logits, rcond=None)[0]
+    assert np.abs(fitted - logits).max() < 1e-9
+
+
+def test_the_probe_accuracy_is_one_for_an_encoded_target_and_chance_for_noise():
+    generator = np.random.default_rng(0)
+    targets = generator.integers(0, 5, size=4000)
+    encoded = np.eye(5)[targets] + 0.1 * generator.normal(size=(4000, 5))
+    assert probe_accuracy(np.hstack([encoded, generator.normal(size=(4000, 3))]), targets, 5) == 1.0
+    assert abs(probe_accuracy(generator.normal(size=(4000, 8)), targets, 5) - 0.2) < 0.04
+    with pytest.raises(ValueError, match=r"\[N, D\]"):
+        probe_accuracy(np.zeros((4, 2)), np.zeros(3, dtype=int), 5)
+
+
+def test_the_probe_runs_on_finished_runs_and_writes_its_record(tmp_path):
+    for name, model, options in (("rnn-O-seed0", "group_rnn", {"group": "O", "n": 4, "embedding_dim": 5}),
+                                 ("lstm-seed0", "lstm", {"hidden_size": 6})):
+        train.run(train.build_config(model, "lm", {**TINY, **options}), tmp_path / name)
+    record = probe([tmp_path / "rnn-O-seed0", tmp_path / "lstm-seed0"], tmp_path / "probe")
+    saved = json.loads((tmp_path / "probe" / "context_probe.json").read_text())
+    assert saved["runs"].keys() == {"rnn-O-seed0", "lstm-seed0"} and record["runs"]["lstm-seed0"]["arm"] == "lstm"
+    assert all(len(run["accuracy"]) == saved["lags"] and all(0 <= a <= 1 for a in run["accuracy"])
+               for run in saved["runs"].values())
+    assert 0.1 < saved["majority"] < 0.3  # the space is Tiny Shakespeare's most frequent character
+    assert (tmp_path / "probe" / "context_probe.png").stat().st_size > 0
