@@ -97,10 +97,13 @@ def probe_run(directory, lags=LAGS, windows=WINDOWS, length=LENGTH, burn_in=BURN
 
 def probe(directories, out):
     """Probe every run of ``directories``; write ``out/context_probe.json`` and ``.png``; returns the record."""
-    out = Path(out)
+    out, directories = Path(out), [Path(d) for d in directories]
+    unfinished = [str(d) for d in directories if not ((d / "final.json").exists() and (d / "best.pt").exists())]
+    if unfinished:
+        raise ValueError(f"the context probe reads finished runs with their best.pt; these are not: {unfinished}")
     out.mkdir(parents=True, exist_ok=True)
     runs, majority = {}, None
-    for directory in map(Path, directories):
+    for directory in directories:
         accuracy, majority = probe_run(directory)
         final = json.loads((directory / "final.json").read_text())
         runs[directory.name] = {"arm": arm_of(directory.name), "accuracy": accuracy,

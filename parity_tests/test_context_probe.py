@@ -49,3 +49,5 @@ def test_the_probe_runs_on_finished_runs_and_writes_its_record(tmp_path):
                for run in saved["runs"].values())
     assert 0.1 < saved["majority"] < 0.3  # the space is Tiny Shakespeare's most frequent character
     assert (tmp_path / "probe" / "context_probe.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="not: .*missing"):
+        probe([tmp_path / "lstm-seed0", tmp_path / "missing"], tmp_path / "probe")
