@@ -13,15 +13,30 @@ x_{t−k} is fitted on half of ``WINDOWS`` random validation windows (positions 
 ``LENGTH``, so that the state has seen enough context) and scored on the other half as the accuracy
 of its arg-max: a **linear context probe**. Lag 0 is the token just read; the next character
 depends mostly on the last few, so a readout that can linearly see only x_t is a bigram model. The
-level to beat is the most frequent character's share. Writes ``OUT/context_probe.json`` (accuracy
-per run and lag, the runs' arms and test bits) and ``OUT/context_probe.png`` (mean over each arm's
+level to beat is the most frequent character's share.
+
+Second, a **readout probe**: is the next character a linear function of z_t, or does the state hold
+more than a linear readout can use? With the model frozen, z_t of ``READOUT_WINDOWS`` random training
+windows (positions t ≥ ``BURN_IN``) trains two readouts to predict x_{t+1}: a linear softmax and an
+MLP with one hidden layer of ``HIDDEN`` ReLU units (Adam, up to ``PROBE_STEPS`` batches of
+``PROBE_BATCH``, early-stopped on a held-out tenth of those positions); both are scored in bits per character on the validation windows, next to the model's own readout on
+the same positions. The linear probe should match the model's own bits (it can learn the same map);
+what the MLP gains over it is information the state holds but a linear readout cannot use.
+
+Third, the model's own validation bits at each position of the window: how far back its
+predictions keep gaining from context.
+
+Writes ``OUT/context_probe.json`` (per run: the accuracy per lag, the three readouts' bits, the bits
+by position, its arm and test bits) and ``OUT/context_probe.png`` (the three, mean over each arm's
 seeds).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -30,6 +45,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 from experiments.baselines import LSTMLanguageModel  # noqa: E402
 from experiments.datasets import load_dataset  # noqa: E402
@@ -44,6 +60,12 @@ LENGTH = 128
 BURN_IN = 32
 RIDGE = 1e-2
 SEED = 0
+READOUT_WINDOWS = 2048
+HIDDEN = 256
+PROBE_STEPS = 4000
+PROBE_EVERY = 200
+PROBE_BATCH = 1024
+PROBE_LR = 1e-3
 
 
 @torch.no_grad()
@@ -76,51 +98,124 @@ def probe_accuracy(features, targets, vocab_size, ridge=RIDGE):
     return float(((design[half:] @ weights).argmax(1) == targets[half:]).mean())
 
 
-def probe_run(directory, lags=LAGS, windows=WINDOWS, length=LENGTH, burn_in=BURN_IN, seed=SEED):
-    """``[lags]`` context-probe accuracy of the best-validation model of the run in ``directory``,
-    and the validation split's most-frequent-character share on the probed positions."""
+def readout_bits(train, valid, vocab_size, hidden=None, seed=SEED, steps=PROBE_STEPS):
+    """Validation bits per token of a readout trained on frozen features: ``train`` and ``valid`` are
+    (features [N, D], next tokens [N]); ``hidden`` None gives a linear softmax on the standardized
+    features, an int an MLP with one hidden layer of that many ReLU units. Early-stopped: the last
+    tenth of ``train`` is held out, scored every ``PROBE_EVERY`` steps, and the best state is scored
+    on ``valid``."""
+    generator = torch.Generator().manual_seed(seed)
+    (z, y), (valid_z, valid_y) = ((torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b)) for a, b in (train, valid))
+    mean, scale = z.mean(0), z.std(0) + 1e-6
+    z, valid_z = (z - mean) / scale, (valid_z - mean) / scale
+    cut = len(y) - len(y) // 10
+    (z, held_z), (y, held_y) = (z[:cut], z[cut:]), (y[:cut], y[cut:])
+    with torch.random.fork_rng():  # PyTorch's default initialization, repeatable by seed
+        torch.manual_seed(seed)
+        layers = [] if hidden is None else [torch.nn.Linear(z.shape[1], hidden), torch.nn.ReLU()]
+        network = torch.nn.Sequential(*layers, torch.nn.Linear(z.shape[1] if hidden is None else hidden, vocab_size))
+    optimizer = torch.optim.Adam(network.parameters(), lr=PROBE_LR)
+    best, kept = math.inf, None
+    for step in range(1, steps + 1):
+        batch = torch.randint(0, len(y), (PROBE_BATCH,), generator=generator)
+        loss = F.cross_entropy(network(z[batch]), y[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % PROBE_EVERY == 0 or step == steps:
+            with torch.no_grad():
+                held = float(F.cross_entropy(network(held_z), held_y))
+            if held < best:
+                best, kept = held, copy.deepcopy(network.state_dict())
+    network.load_state_dict(kept)
+    with torch.no_grad():
+        return float(F.cross_entropy(network(valid_z), valid_y)) / math.log(2)
+
+
+@torch.no_grad()
+def _windows(model, stream, count, length, seed, burn_in):
+    """Of ``count`` random windows: z_t and x_{t+1} at positions t ≥ burn_in, x_t, and the bits of the
+    model's own prediction of x_{t+1} at every position [count, length]."""
+    starts = np.random.default_rng(seed).integers(0, len(stream) - length - 1, size=count)
+    tokens = torch.from_numpy(np.stack([stream[s:s + length + 1] for s in starts]))
+    features, nats = [], []
+    for chunk in tokens.split(128):
+        features.append(readout_inputs(model, chunk[:, :-1])[:, burn_in:])
+        logits = model(chunk[:, :-1])[0].double()
+        nats.append(F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none"))
+    return (torch.cat(features).numpy(), tokens[:, :-1].numpy(), tokens[:, burn_in + 1:].numpy(),
+            torch.cat(nats).numpy() / math.log(2))
+
+
+def probe_run(directory, lags=LAGS, windows=WINDOWS, length=LENGTH, burn_in=BURN_IN, seed=SEED,
+              readout_windows=READOUT_WINDOWS, steps=PROBE_STEPS):
+    """The probes of the best-validation model of the run in ``directory``: ``{"accuracy": [lags]
+    (context probe), "majority": the most frequent character's share on the probed positions,
+    "bits": {"model", "linear", "mlp"} (validation bits per character of the readouts), "by_position":
+    [length] the model's own validation bits at each position of a window (the state restarts at 0)}``."""
     directory = Path(directory)
     config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
     model = build_model(config.model)
     model.load_state_dict(load_checkpoint_file(directory / "best.pt", "cpu")["model"])
     model.eval()
-    stream = load_dataset(config.task.dataset).streams["valid"]
-    starts = np.random.default_rng(seed).integers(0, len(stream) - length, size=windows)
-    tokens = np.stack([stream[s:s + length] for s in starts])
-    features = readout_inputs(model, torch.from_numpy(tokens)).numpy()[:, burn_in:]  # [B, T', D]
+    dataset, vocab = load_dataset(config.task.dataset), config.model.vocab_size
+    features, tokens, following, own_bits = _windows(model, dataset.streams["valid"], windows, length, seed, burn_in)
     flat = features.reshape(-1, features.shape[-1])
-    vocab = config.model.vocab_size
     accuracy = [probe_accuracy(flat, tokens[:, burn_in - lag:length - lag].reshape(-1), vocab) for lag in range(lags)]
     majority = float(np.bincount(tokens[:, burn_in:].reshape(-1), minlength=vocab).max() / flat.shape[0])
-    return accuracy, majority
+    valid = (flat, following.reshape(-1))
+    train_features, _, train_following, _ = _windows(model, dataset.streams["train"], readout_windows, length, seed,
+                                                      burn_in)
+    train = (train_features.reshape(-1, flat.shape[1]), train_following.reshape(-1))
+    bits = {"model": float(own_bits[:, burn_in:].mean()), "linear": readout_bits(train, valid, vocab, None, seed, steps),
+            "mlp": readout_bits(train, valid, vocab, HIDDEN, seed, steps)}
+    return {"accuracy": accuracy, "majority": majority, "bits": bits, "by_position": own_bits.mean(0).tolist()}
 
 
-def probe(directories, out):
-    """Probe every run of ``directories``; write ``out/context_probe.json`` and ``.png``; returns the record."""
+def probe(directories, out, **options):
+    """Probe every run of ``directories`` (``options``: ``probe_run``'s sizes); write
+    ``out/context_probe.json`` and ``.png``; returns the record."""
     out, directories = Path(out), [Path(d) for d in directories]
     unfinished = [str(d) for d in directories if not ((d / "final.json").exists() and (d / "best.pt").exists())]
     if unfinished:
         raise ValueError(f"the context probe reads finished runs with their best.pt; these are not: {unfinished}")
     out.mkdir(parents=True, exist_ok=True)
-    runs, majority = {}, None
+    runs = {}
     for directory in directories:
-        accuracy, majority = probe_run(directory)
+        result = probe_run(directory, **options)
         final = json.loads((directory / "final.json").read_text())
-        runs[directory.name] = {"arm": arm_of(directory.name), "accuracy": accuracy,
-                                "test_bits": final["test_bits_per_token"]}
-    record = {"lags": LAGS, "windows": WINDOWS, "length": LENGTH, "burn_in": BURN_IN, "ridge": RIDGE,
-              "majority": majority, "runs": runs}
+        runs[directory.name] = {"arm": arm_of(directory.name), "test_bits": final["test_bits_per_token"],
+                                **{key: result[key] for key in ("accuracy", "bits", "by_position")}}
+    majority = result["majority"]
+    sizes = {"lags": LAGS, "windows": WINDOWS, "length": LENGTH, "burn_in": BURN_IN, "readout_windows": READOUT_WINDOWS,
+             "steps": PROBE_STEPS, **options}
+    record = {**sizes, "ridge": RIDGE, "hidden": HIDDEN, "majority": majority, "runs": runs}
     (out / "context_probe.json").write_text(json.dumps(record, indent=1))
-    figure, axis = plt.subplots(figsize=(7, 4))
-    for arm in dict.fromkeys(run["arm"] for run in runs.values()):
-        curves = np.array([run["accuracy"] for run in runs.values() if run["arm"] == arm])
-        bits = np.mean([run["test_bits"] for run in runs.values() if run["arm"] == arm])
-        axis.plot(range(LAGS), curves.mean(0), marker="o", label=f"{arm} ({len(curves)} seeds, test {bits:.2f} bits)")
-    axis.axhline(majority, color="gray", linestyle=":", label="most frequent character")
-    axis.set_xlabel("lag k (x_{t−k}; 0 = the token just read)")
-    axis.set_ylabel("held-out accuracy of a linear probe on z_t")
-    axis.set_ylim(0, 1.02)
-    axis.legend(fontsize=7)
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 4.4))
+    arms = list(dict.fromkeys(run["arm"] for run in runs.values()))
+    for index, arm in enumerate(arms):
+        members = [run for run in runs.values() if run["arm"] == arm]
+        curve = np.mean([run["accuracy"] for run in members], axis=0)
+        left.plot(range(len(curve)), curve, marker="o", label=f"{arm} ({len(members)} seeds)")
+        middle.plot(range(sizes["length"]), np.mean([run["by_position"] for run in members], axis=0), label=arm)
+        for offset, (kind, hatch) in enumerate((("model", ""), ("linear", "//"), ("mlp", ".."))):
+            right.bar(index + (offset - 1) * 0.27, np.mean([run["bits"][kind] for run in members]), width=0.27,
+                      color=f"C{offset}", hatch=hatch, label=kind if index == 0 else None)
+    left.axhline(majority, color="gray", linestyle=":", label="most frequent character")
+    left.set_xlabel("lag k (x_{t−k}; 0 = the token just read)")
+    left.set_ylabel("held-out accuracy of a linear probe on z_t")
+    left.set_ylim(0, 1.02)
+    left.legend(fontsize=7)
+    middle.set_xscale("symlog", linthresh=1)
+    middle.set_xlabel("position t in the window (the state starts at t = 0)")
+    middle.set_ylabel("the model's validation bits for x_{t+1}")
+    middle.legend(fontsize=7)
+    right.set_xticks(range(len(arms)), arms, rotation=30, fontsize=8)
+    right.set_ylabel("validation bits per character of x_{t+1}")
+    right.set_title("readouts of the frozen z_t: the model's own, a linear softmax, an MLP", fontsize=9)
+    low = min(run["bits"][kind] for run in runs.values() for kind in run["bits"])
+    right.set_ylim(max(0.0, low - 0.3), None)
+    right.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(out / "context_probe.png", dpi=120)
     plt.close(figure)
@@ -134,7 +229,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     record = probe(args.directories, args.out)
     for name, run in record["runs"].items():
-        print(name, " ".join(f"{a:.3f}" for a in run["accuracy"]))
+        print(name, "lags:", " ".join(f"{a:.3f}" for a in run["accuracy"]), "| bits:",
+              " ".join(f"{kind} {bits:.3f}" for kind, bits in run["bits"].items()))
     return 0
 
 

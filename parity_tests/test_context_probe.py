@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from experiments import train
-from experiments.context_probe import probe, probe_accuracy, readout_inputs
+from experiments.context_probe import probe, probe_accuracy, readout_bits, readout_inputs
 from experiments.models import build_model
 
 TINY = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eval_every": 2, "eval_tokens": 64,
@@ -28,6 +28,15 @@ def test_the_probe_reads_the_vector_the_logits_are_affine_in(model, options):
     assert np.abs(fitted - logits).max() < 1e-9
 
 
+def test_a_readout_probe_learns_a_nonlinear_target_only_with_its_hidden_layer():
+    generator = np.random.default_rng(1)
+    features = generator.normal(size=(6000, 2))
+    targets = (features[:, 0] * features[:, 1] > 0).astype(int)  # XOR of the signs: no linear readout can
+    train, valid = (features[:5000], targets[:5000]), (features[5000:], targets[5000:])
+    assert readout_bits(train, valid, 2, None, steps=600) > 0.95  # about 1 bit: chance
+    assert readout_bits(train, valid, 2, 32, steps=600) < 0.4
+
+
 def test_the_probe_accuracy_is_one_for_an_encoded_target_and_chance_for_noise():
     generator = np.random.default_rng(0)
     targets = generator.integers(0, 5, size=4000)
@@ -42,12 +51,17 @@ def test_the_probe_runs_on_finished_runs_and_writes_its_record(tmp_path):
     for name, model, options in (("rnn-O-seed0", "group_rnn", {"group": "O", "n": 4, "embedding_dim": 5}),
                                  ("lstm-seed0", "lstm", {"hidden_size": 6})):
         train.run(train.build_config(model, "lm", {**TINY, **options}), tmp_path / name)
-    record = probe([tmp_path / "rnn-O-seed0", tmp_path / "lstm-seed0"], tmp_path / "probe")
+    sizes = {"windows": 16, "length": 24, "burn_in": 8, "readout_windows": 32, "steps": 30}
+    record = probe([tmp_path / "rnn-O-seed0", tmp_path / "lstm-seed0"], tmp_path / "probe", **sizes)
     saved = json.loads((tmp_path / "probe" / "context_probe.json").read_text())
     assert saved["runs"].keys() == {"rnn-O-seed0", "lstm-seed0"} and record["runs"]["lstm-seed0"]["arm"] == "lstm"
-    assert all(len(run["accuracy"]) == saved["lags"] and all(0 <= a <= 1 for a in run["accuracy"])
-               for run in saved["runs"].values())
+    assert saved["length"] == 24 and saved["steps"] == 30
+    for run in saved["runs"].values():
+        assert len(run["accuracy"]) == saved["lags"] and all(0 <= a <= 1 for a in run["accuracy"])
+        assert len(run["by_position"]) == 24 and run["bits"].keys() == {"model", "linear", "mlp"}
+        # the mean of the positions the readouts are scored on is the model's own score there
+        assert np.mean(run["by_position"][8:]) == pytest.approx(run["bits"]["model"], rel=1e-12)
     assert 0.1 < saved["majority"] < 0.3  # the space is Tiny Shakespeare's most frequent character
     assert (tmp_path / "probe" / "context_probe.png").stat().st_size > 0
-    with pytest.raises(ValueError, match="not: .*missing"):
+    with pytest.raises(ValueError, match="not: .*missing"):  # refused before any work
         probe([tmp_path / "lstm-seed0", tmp_path / "missing"], tmp_path / "probe")
