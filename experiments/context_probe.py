@@ -172,6 +172,13 @@ def probe_run(directory, lags=LAGS, windows=WINDOWS, length=LENGTH, burn_in=BURN
     return {"accuracy": accuracy, "majority": majority, "bits": bits, "by_position": own_bits.mean(0).tolist()}
 
 
+def position_bins(values):
+    """Means of ``values`` over the positions [0], [1], [2, 3], [4, 7], … (doubling bins): (bin starts, means)."""
+    edges = [0, 1] + [2 ** k for k in range(1, int(np.log2(max(len(values), 2))) + 1) if 2 ** k < len(values)]
+    edges.append(len(values))
+    return edges[:-1], [float(np.mean(values[a:b])) for a, b in zip(edges[:-1], edges[1:])]
+
+
 def probe(directories, out, **options):
     """Probe every run of ``directories`` (``options``: ``probe_run``'s sizes); write
     ``out/context_probe.json`` and ``.png``; returns the record."""
@@ -191,13 +198,21 @@ def probe(directories, out, **options):
              "steps": PROBE_STEPS, **options}
     record = {**sizes, "ridge": RIDGE, "hidden": HIDDEN, "majority": majority, "runs": runs}
     (out / "context_probe.json").write_text(json.dumps(record, indent=1))
+    plot(record, out / "context_probe.png")
+    return record
+
+
+def plot(record, path):
+    """The figure of a probe record: accuracy per lag, bits by position (bins), the three readouts."""
+    runs, majority = record["runs"], record["majority"]
     figure, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 4.4))
     arms = list(dict.fromkeys(run["arm"] for run in runs.values()))
     for index, arm in enumerate(arms):
         members = [run for run in runs.values() if run["arm"] == arm]
         curve = np.mean([run["accuracy"] for run in members], axis=0)
         left.plot(range(len(curve)), curve, marker="o", label=f"{arm} ({len(members)} seeds)")
-        middle.plot(range(sizes["length"]), np.mean([run["by_position"] for run in members], axis=0), label=arm)
+        starts, means = position_bins(np.mean([run["by_position"] for run in members], axis=0))
+        middle.plot(starts, means, marker="o", label=arm)
         for offset, (kind, hatch) in enumerate((("model", ""), ("linear", "//"), ("mlp", ".."))):
             right.bar(index + (offset - 1) * 0.27, np.mean([run["bits"][kind] for run in members]), width=0.27,
                       color=f"C{offset}", hatch=hatch, label=kind if index == 0 else None)
@@ -207,8 +222,8 @@ def probe(directories, out, **options):
     left.set_ylim(0, 1.02)
     left.legend(fontsize=7)
     middle.set_xscale("symlog", linthresh=1)
-    middle.set_xlabel("position t in the window (the state starts at t = 0)")
-    middle.set_ylabel("the model's validation bits for x_{t+1}")
+    middle.set_xlabel("position t in the window (bins [0], [1], [2, 3], [4, 7], …; the state starts at t = 0)")
+    middle.set_ylabel("the model's validation bits for x_{t+1}, bin mean")
     middle.legend(fontsize=7)
     right.set_xticks(range(len(arms)), arms, rotation=30, fontsize=8)
     right.set_ylabel("validation bits per character of x_{t+1}")
@@ -217,9 +232,8 @@ def probe(directories, out, **options):
     right.set_ylim(max(0.0, low - 0.3), None)
     right.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(out / "context_probe.png", dpi=120)
+    figure.savefig(path, dpi=120)
     plt.close(figure)
-    return record
 
 
 def main(argv=None):

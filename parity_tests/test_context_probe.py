@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from experiments import train
-from experiments.context_probe import probe, probe_accuracy, readout_bits, readout_inputs
+from experiments.context_probe import position_bins, probe, probe_accuracy, readout_bits, readout_inputs
 from experiments.models import build_model
 
 TINY = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eval_every": 2, "eval_tokens": 64,
@@ -65,3 +65,7 @@ def test_the_probe_runs_on_finished_runs_and_writes_its_record(tmp_path):
     assert (tmp_path / "probe" / "context_probe.png").stat().st_size > 0
     with pytest.raises(ValueError, match="not: .*missing"):  # refused before any work
         probe([tmp_path / "lstm-seed0", tmp_path / "missing"], tmp_path / "probe")
+
+
+def test_positions_are_averaged_over_doubling_bins():
+    assert position_bins(np.arange(10.0)) == ([0, 1, 2, 4, 8], [0.0, 1.0, 2.5, 5.5, 8.5])
