@@ -22,7 +22,7 @@ carried across the test split where both arms are recurrent. A negative differen
 Each dataset also gets its checks (issue 13's acceptance): the unigram level, the cross-entropy of
 the training split's character frequencies (add-one smoothed) on the test split, with every arm's
 worst seed against it; and each arm's best steps, flagged where a best step is the run's last
-evaluation.
+evaluation. For scale, count models of order 2–5 (``ngram_levels``) are scored on test too.
 """
 
 from __future__ import annotations
@@ -64,6 +64,53 @@ def unigram_bits(train, test, vocab_size):
         raise ValueError(f"token ids must lie in [0, {vocab_size})")
     probability = (np.bincount(train, minlength=vocab_size) + 1) / (train.size + vocab_size)
     return float(-np.log2(probability[test]).mean())
+
+
+def ngram_bits(train, test, vocab_size, order, strength):
+    """Cross-entropy in bits on ``test`` (from its ``order``-th token on) of an n-gram count model of
+    ``train`` with interpolated Dirichlet smoothing: p_1 uniform-smoothed unigram frequencies, then
+    p_k(x | c) = (count(c x) + strength · p_{k−1}(x | c′)) / (count(c) + strength), c the k − 1
+    preceding tokens and c′ its last k − 2."""
+    train, test = np.asarray(train, dtype=np.int64), np.asarray(test, dtype=np.int64)
+    if order < 1 or len(test) <= order or len(train) < order:
+        raise ValueError(f"order {order} needs order ≥ 1 and streams longer than it")
+    targets = test[order - 1:]
+    probability = np.full(len(targets), 1.0 / vocab_size)
+    for k in range(1, order + 1):
+        def codes(stream, k=k):  # each k-gram ending at positions k−1 … as one integer, base vocab_size
+            windows = np.lib.stride_tricks.sliding_window_view(stream, k)
+            return windows @ (vocab_size ** np.arange(k - 1, -1, -1, dtype=np.int64))
+        grams, contexts = codes(train), codes(train) // vocab_size
+        tested = codes(test[order - k:])
+        gram_count = _lookup(np.unique(grams, return_counts=True), tested)
+        context_count = _lookup(np.unique(contexts, return_counts=True), tested // vocab_size)
+        probability = (gram_count + strength * probability) / (context_count + strength)
+    return float(-np.log2(probability).mean())
+
+
+def _lookup(table, keys):
+    """The counts of ``keys`` in ``table`` = (sorted unique values, their counts); 0 where absent."""
+    values, counts = table
+    index = np.clip(np.searchsorted(values, keys), 0, len(values) - 1)
+    return np.where(values[index] == keys, counts[index], 0)
+
+
+NGRAM_ORDERS = (2, 3, 4, 5)
+NGRAM_STRENGTHS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+def ngram_levels(dataset, vocab_size):
+    """``{order: {"strength", "valid_bits", "test_bits"}}``: each n-gram model of ``NGRAM_ORDERS``
+    with its smoothing strength chosen on the validation split, scored on test."""
+    levels = {}
+    for order in NGRAM_ORDERS:
+        scores = {s: ngram_bits(dataset.streams["train"], dataset.streams["valid"], vocab_size, order, s)
+                  for s in NGRAM_STRENGTHS}
+        strength = min(scores, key=scores.get)
+        levels[order] = {"strength": strength, "valid_bits": scores[strength],
+                         "test_bits": ngram_bits(dataset.streams["train"], dataset.streams["test"], vocab_size,
+                                                 order, strength)}
+    return levels
 
 
 def _seed_scores(runs, key):
@@ -118,8 +165,11 @@ def _interval(result, percent=False):
         else f"{mean:+.4f}{unit} (one seed)"
 
 
-def dataset_markdown(title, unigram, rows, arm_checks, arms):
-    lines = [f"## {title}", "", f"Unigram level (training frequencies, add-one, on test): {unigram:.3f} bits.", "",
+def dataset_markdown(title, unigram, levels, rows, arm_checks, arms):
+    counted = ", ".join(f"{order}-gram {level['test_bits']:.3f}" for order, level in levels.items())
+    lines = [f"## {title}", "", f"Count models on test, in bits per character: unigram (training frequencies, "
+             f"add-one) {unigram:.3f}; {counted} (interpolated Dirichlet smoothing, its strength chosen on "
+             "validation).", "",
              "| claim | a − b | seeds | Δ test bits, windowed | relative | Δ test bits, state carried | relative |",
              "|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -144,10 +194,12 @@ def claims(directory=DEFAULT_DIR):
         arms = load_runs(directory / folder)
         first = next(iter(arms.values()))[0]["config"]
         dataset = load_dataset(first["task"]["dataset"])
-        unigram = unigram_bits(dataset.streams["train"], dataset.streams["test"], first["model"]["vocab_size"])
+        vocab_size = first["model"]["vocab_size"]
+        unigram = unigram_bits(dataset.streams["train"], dataset.streams["test"], vocab_size)
+        levels = ngram_levels(dataset, vocab_size)
         rows, arm_checks = comparisons(arms), checks(arms, unigram)
-        record[folder] = {"unigram_bits": unigram, "comparisons": rows, "checks": arm_checks}
-        sections.append(dataset_markdown(title, unigram, rows, arm_checks, arms))
+        record[folder] = {"unigram_bits": unigram, "ngram_levels": levels, "comparisons": rows, "checks": arm_checks}
+        sections.append(dataset_markdown(title, unigram, levels, rows, arm_checks, arms))
     if not sections:
         raise ValueError(f"no finished runs under any of {[str(directory / f) for f in DATASET_FOLDERS]}")
     markdown = ("# The paper's claims, seed-paired\n\nTest bits per character of each run's best-validation "

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from experiments.charlm_claims import claims, paired, unigram_bits
+from experiments.charlm_claims import claims, ngram_bits, paired, unigram_bits
 
 
 def test_the_unigram_level_is_the_add_one_cross_entropy():
@@ -18,6 +18,32 @@ def test_the_unigram_level_is_the_add_one_cross_entropy():
         unigram_bits([0, 3], [0], 3)
     with pytest.raises(ValueError, match="non-empty"):
         unigram_bits([], [0], 3)
+
+
+def _ngram_by_hand(train, test, vocab_size, order, strength):
+    """The interpolated Dirichlet n-gram model, counted and applied one position at a time."""
+    def count(gram):
+        return sum(tuple(train[i:i + len(gram)]) == gram for i in range(len(train) - len(gram) + 1))
+
+    total = 0.0
+    for t in range(order - 1, len(test)):
+        p = 1.0 / vocab_size
+        for k in range(1, order + 1):
+            gram = tuple(test[t - k + 1:t + 1])
+            followed = sum(count(gram[:-1] + (v,)) for v in range(vocab_size))  # the context, then any token
+            p = (count(gram) + strength * p) / (followed + strength)
+        total -= math.log2(p)
+    return total / (len(test) - order + 1)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_the_ngram_level_equals_counting_by_hand(order):
+    generator = np.random.default_rng(order)
+    train, test = generator.integers(0, 4, size=60), generator.integers(0, 4, size=25)
+    assert ngram_bits(train, test, 4, order, 1.5) == pytest.approx(_ngram_by_hand(list(train), list(test), 4, order, 1.5),
+                                                                    abs=1e-12)
+    with pytest.raises(ValueError, match="order"):
+        ngram_bits(train, test, 4, 0, 1.0)
 
 
 def _run(root, arm, seed, windowed, carried=None, best_step=400, steps=400):
