@@ -160,9 +160,9 @@ def _interval(result, percent=False):
         return "—"
     mean, half = ((result["relative_percent"], result["relative_half_width"]) if percent
                   else (result["difference"], result["half_width"]))
-    unit = "%" if percent else ""
-    return f"{mean:+.{2 if percent else 4}f}{unit} ± {half:.{2 if percent else 4}f}{unit}" if math.isfinite(half) \
-        else f"{mean:+.4f}{unit} (one seed)"
+    unit, digits = ("%", 2) if percent else ("", 4)
+    return f"{mean:+.{digits}f}{unit} ± {half:.{digits}f}{unit}" if math.isfinite(half) \
+        else f"{mean:+.{digits}f}{unit} (one seed)"
 
 
 def dataset_markdown(title, unigram, levels, rows, arm_checks, arms):
