@@ -19,9 +19,11 @@ Second, a **readout probe**: is the next character a linear function of z_t, or 
 more than a linear readout can use? With the model frozen, z_t of ``READOUT_WINDOWS`` random training
 windows (positions t ≥ ``BURN_IN``) trains two readouts to predict x_{t+1}: a linear softmax and an
 MLP with one hidden layer of ``HIDDEN`` ReLU units (Adam, up to ``PROBE_STEPS`` batches of
-``PROBE_BATCH``, early-stopped on a held-out tenth of those positions); both are scored in bits per character on the validation windows, next to the model's own readout on
-the same positions. The linear probe should match the model's own bits (it can learn the same map);
-what the MLP gains over it is information the state holds but a linear readout cannot use.
+``PROBE_BATCH``, early-stopped on a held-out tenth of those positions). Both are scored in bits per
+character on the validation windows, next to the model's own readout on the same positions. The
+linear probe can learn the model's own map, but from far fewer positions, so it lands somewhat
+above it; what the MLP gains over the linear probe is information the state holds but a linear
+readout cannot use.
 
 Third, the model's own validation bits at each position of the window: how far back its
 predictions keep gaining from context.
