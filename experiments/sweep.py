@@ -44,6 +44,8 @@ def _set_threads(count):
 def execute(run, directory):
     """Worker: train one run (resuming if it has a checkpoint); returns its status."""
     directory = Path(directory)
+    if (directory / "final.json").exists():  # finished after the sweep listed it (by another process)
+        return {"name": run.name, "status": "done"}
     try:
         train.run(train.build_config(run.model, run.task, run.options), directory)
         (directory / "error.txt").unlink(missing_ok=True)  # an earlier attempt's failure, now stale

@@ -278,3 +278,15 @@ def test_a_run_that_finishes_after_a_failed_attempt_drops_the_stale_error(tmp_pa
     (tmp_path / run.name / "error.txt").write_text("Traceback: an earlier attempt\n")
     assert execute(run, tmp_path / run.name)["status"] == "done"
     assert (tmp_path / run.name / "final.json").exists() and not (tmp_path / run.name / "error.txt").exists()
+
+
+def test_a_run_finished_after_the_sweep_listed_it_is_not_entered_again(tmp_path):
+    from experiments.sweep import execute
+    from experiments.sweep_run import SweepRun
+
+    directory = tmp_path / "so3-seed0"
+    directory.mkdir()
+    (directory / "final.json").write_text('{"steps": 3}')
+    run = SweepRun("so3-seed0", "group_rnn", "lm", {"dataset": "ptb_char", "group": "SO", "n": 3, "steps": 3})
+    assert execute(run, directory) == {"name": "so3-seed0", "status": "done"}
+    assert sorted(p.name for p in directory.iterdir()) == ["final.json"]  # nothing trained, nothing written
