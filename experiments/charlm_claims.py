@@ -56,14 +56,9 @@ SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_t
 
 def unigram_bits(train, test, vocab_size):
     """Cross-entropy in bits of the add-one smoothed training frequencies on ``test``:
-    −mean_t log2 p(x_t), p(v) = (count_train(v) + 1) / (len(train) + vocab_size)."""
-    train, test = np.asarray(train), np.asarray(test)
-    if train.size == 0 or test.size == 0:
-        raise ValueError("unigram_bits needs non-empty train and test streams")
-    if min(train.min(), test.min()) < 0 or max(train.max(), test.max()) >= vocab_size:
-        raise ValueError(f"token ids must lie in [0, {vocab_size})")
-    probability = (np.bincount(train, minlength=vocab_size) + 1) / (train.size + vocab_size)
-    return float(-np.log2(probability[test]).mean())
+    −mean_t log2 p(x_t), p(v) = (count_train(v) + 1) / (len(train) + vocab_size); the order-1
+    ``ngram_bits`` with strength ``vocab_size``."""
+    return ngram_bits(train, test, vocab_size, 1, vocab_size)
 
 
 def ngram_bits(train, test, vocab_size, order, strength):
@@ -72,8 +67,12 @@ def ngram_bits(train, test, vocab_size, order, strength):
     p_k(x | c) = (count(c x) + strength · p_{k−1}(x | c′)) / (count(c) + strength), c the k − 1
     preceding tokens and c′ its last k − 2."""
     train, test = np.asarray(train, dtype=np.int64), np.asarray(test, dtype=np.int64)
-    if order < 1 or len(test) <= order or len(train) < order:
-        raise ValueError(f"order {order} needs order ≥ 1 and streams longer than it")
+    if train.size == 0 or test.size == 0:
+        raise ValueError("n-gram levels need non-empty train and test streams")
+    if min(train.min(), test.min()) < 0 or max(train.max(), test.max()) >= vocab_size:
+        raise ValueError(f"token ids must lie in [0, {vocab_size})")
+    if order < 1 or len(test) < order or len(train) < order:
+        raise ValueError(f"order {order} needs order ≥ 1 and streams at least that long")
     targets = test[order - 1:]
     probability = np.full(len(targets), 1.0 / vocab_size)
     for k in range(1, order + 1):

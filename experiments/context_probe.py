@@ -72,13 +72,14 @@ PROBE_LR = 1e-3
 
 @torch.no_grad()
 def readout_inputs(model, tokens):
-    """``[B, T, D]`` z_t, the vector each position's logits are a linear function of (float64)."""
+    """One forward pass: ``([B, T, D]`` z_t, the vector each position's logits are an affine function
+    of (float64), ``[B, T, V]`` the logits)."""
     if isinstance(model, GroupRNN):
-        _, cache = model(tokens)
-        return model.group.packed_features(cache.packed_states).double()
+        logits, cache = model(tokens)
+        return model.group.packed_features(cache.packed_states).double(), logits
     if isinstance(model, LSTMLanguageModel):
         hidden, _ = model.lstm(model.embedding(tokens))
-        return hidden.double()
+        return hidden.double(), model.head(hidden)
     raise TypeError(f"the context probe reads group RNNs and LSTMs, not {type(model).__name__}")
 
 
@@ -142,9 +143,9 @@ def _windows(model, stream, count, length, seed, burn_in):
     tokens = torch.from_numpy(np.stack([stream[s:s + length + 1] for s in starts]))
     features, nats = [], []
     for chunk in tokens.split(128):
-        features.append(readout_inputs(model, chunk[:, :-1])[:, burn_in:])
-        logits = model(chunk[:, :-1])[0].double()
-        nats.append(F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none"))
+        state, logits = readout_inputs(model, chunk[:, :-1])
+        features.append(state[:, burn_in:])
+        nats.append(F.cross_entropy(logits.double().transpose(1, 2), chunk[:, 1:], reduction="none"))
     return (torch.cat(features).numpy(), tokens[:, :-1].numpy(), tokens[:, burn_in + 1:].numpy(),
             torch.cat(nats).numpy() / math.log(2))
 

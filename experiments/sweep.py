@@ -44,10 +44,9 @@ def _set_threads(count):
 def execute(run, directory):
     """Worker: train one run (resuming if it has a checkpoint); returns its status."""
     directory = Path(directory)
-    if (directory / "final.json").exists():  # finished after the sweep listed it (by another process)
-        return {"name": run.name, "status": "done"}
     try:
-        train.run(train.build_config(run.model, run.task, run.options), directory)
+        if not (directory / "final.json").exists():  # it may have finished (by another process) since listed
+            train.run(train.build_config(run.model, run.task, run.options), directory)
         (directory / "error.txt").unlink(missing_ok=True)  # an earlier attempt's failure, now stale
         return {"name": run.name, "status": "done"}
     except Exception:  # noqa: BLE001 - one failing run must not stop the sweep

@@ -21,7 +21,7 @@ def test_the_probe_reads_the_vector_the_logits_are_affine_in(model, options):
     config = train.build_config(model, "lm", {**TINY, **options}).model
     network = build_model(config, dtype=torch.float64)
     tokens = torch.randint(0, config.vocab_size, (3, 20), generator=torch.Generator().manual_seed(0))
-    features = readout_inputs(network, tokens).reshape(60, -1).numpy()
+    features = readout_inputs(network, tokens)[0].reshape(60, -1).numpy()
     logits = network(tokens)[0].reshape(60, -1).detach().numpy()
     design = np.hstack([features, np.ones((60, 1))])  # fewer columns than the 60 rows
     fitted = design @ np.linalg.lstsq(design, logits, rcond=None)[0]

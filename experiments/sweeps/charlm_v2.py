@@ -19,8 +19,8 @@ Recipe (``experiments.tuning``): each arm's learning rate is chosen on validatio
 after a 50-step warm-up, gradient norm clipped to 1), evaluated every 100 steps on the first
 ``eval_tokens`` characters of the validation split; the best-validation model is tested on the
 test split, windowed and (recurrent arms) with the state carried across it in 16 contiguous
-pieces. Results go to ``experiments/results/charlm_v2/<ptb_char or shakespeare>/``; the device is chosen when
-each run starts.
+pieces. Results go to ``experiments/results/charlm_v2/<ptb_char or shakespeare>/``; the device is
+chosen when each run starts.
 
     python -m experiments.sweep charlm-v2-shakespeare      # then: python -m experiments.report DIR
     python -m experiments.sweep charlm-v2-ptb
