@@ -27,7 +27,9 @@ carries a pickled object is refused), ``best.pt`` (the model at the evaluation w
 ``task.selection_key``, for language modelling the validation bits, with its step and score)
 and ``final.json`` (the task's validation and test metrics of that best model, or of the last
 one for a task that does not select, ``best_step``, tokens/s, parameters, the drift of
-group-valued tensors).
+group-valued tensors). A training loss that is not finite ends the run at that step: a last
+evaluation goes to ``metrics.jsonl`` and ``final.json`` says why under ``stopped`` (its ``steps``
+is the step reached; with no finite evaluation its scores are not finite either).
 A run killed at any point and continued with ``--resume`` produces the same metrics as an
 uninterrupted one on the CPU (tested). Progress goes to stderr: a bar on a terminal, otherwise one
 plain line per evaluation.
@@ -351,6 +353,7 @@ class Run:
         self.step = 0
         self.best = None  # {"step", "score", "model"}: the evaluation with the lowest selection score so far
         self.train_seconds = 0.0  # wall time spent in fit, this process
+        self.stopped = None  # why training ended before train.steps (a non-finite loss), if it did
 
     @property
     def checkpoint_path(self):
@@ -433,6 +436,11 @@ class Run:
             inputs, targets = self.task.train_batch(self.rng, train.batch, self.step)
             logits, _ = self.model(inputs.to(train.device))
             loss = cross_entropy(logits, targets.to(train.device))
+            if not torch.isfinite(loss):  # diverged: no later step can recover, so stop and say so
+                self.stopped = f"training loss not finite at step {self.step + 1}"
+                self._log({"step": self.step + 1, **self.task.train_metrics(loss.item()), **self.evaluate("valid"),
+                           "drift": group_drift(self.model), **self.diagnose(), "stopped": self.stopped})
+                break
             self.optimizers.zero_grad()
             loss.backward()
             evaluating = (self.step + 1) % train.eval_every == 0 or self.step + 1 == train.steps
@@ -464,7 +472,8 @@ class Run:
         result = {"steps": self.step, "best_step": self.step if self.best is None else self.best["step"],
                   **self.evaluate("valid"), **self.evaluate("test"),
                   "tokens_per_second": tokens_per_second, "train_seconds": self.train_seconds,
-                  "parameters": count_parameters(self.model), "drift": group_drift(self.model)}
+                  "parameters": count_parameters(self.model), "drift": group_drift(self.model),
+                  **({"stopped": self.stopped} if self.stopped else {})}
         (self.directory / "final.json").write_text(json.dumps(result, indent=2))
         return result
 

@@ -215,3 +215,30 @@ def test_the_best_validation_model_is_kept_and_tested(tmp_path, monkeypatch):
     assert best["step"] == 4 and best["score"] == 1.0
     checkpoint = torch.load(directory / "checkpoint.pt", weights_only=True)
     assert checkpoint["best"]["step"] == 4 and checkpoint["step"] == 8
+
+
+def test_a_non_finite_loss_stops_the_run_and_the_best_finite_model_is_tested(tmp_path, monkeypatch):
+    """A NaN poisoned into the embedding after step 3 makes step 4's loss NaN: the run stops there, logs a last
+    (NaN) evaluation, and tests its best finite checkpoint (step 2), the same model a 2-step run tests."""
+    step = train.Optimizers.step
+
+    def poisoned_after_three(self):
+        step(self)
+        poisoned_after_three.calls += 1
+        if poisoned_after_three.calls == 3:
+            with torch.no_grad():
+                next(p for p in self.optimizers[0].param_groups[0]["params"]).fill_(float("nan"))
+
+    poisoned_after_three.calls = 0
+    options = {"dataset": "ptb_char", "hidden_size": 8, "steps": 6, "batch": 2, "length": 8, "eval_every": 2,
+               "checkpoint_every": 2, "eval_tokens": 200, "schedule": "constant"}
+    monkeypatch.setattr(train.Optimizers, "step", poisoned_after_three)
+    final = train.run(train.build_config("lstm", "lm", options), tmp_path / "poisoned")
+    monkeypatch.setattr(train.Optimizers, "step", step)
+    assert final["stopped"] == "training loss not finite at step 4" and final["steps"] == 3
+    logged = metrics(tmp_path / "poisoned")
+    assert [m["step"] for m in logged] == [2, 4] and logged[-1]["stopped"] == final["stopped"]
+    assert torch.isnan(torch.tensor([logged[-1]["train_bits"], logged[-1]["valid_bits"]])).all()
+    clean = train.run(train.build_config("lstm", "lm", {**options, "steps": 2}), tmp_path / "clean")
+    assert final["best_step"] == 2 and final["test_bits_per_token"] == clean["test_bits_per_token"]
+    assert "stopped" not in clean
