@@ -100,14 +100,27 @@ def table(arms):
     return "\n".join(lines) + "\n"
 
 
+def stability_cell(choice):
+    """The full-length check of a rate choice (``experiments.tuning.settle_rates``), in words."""
+    if "stable" not in choice:
+        return "not checked"
+    parked = ", ".join(f"{rate:g}" for rate in choice["diverged_rates"])
+    if choice["stable"] is None:
+        return "pending"
+    if choice["stable"]:
+        return f"diverged at {parked}; stable at {choice['lr']:g}" if parked else "stable"
+    return f"no stable rate (diverged at {', '.join(f'{r:g}' for r in sorted({*choice['diverged_rates'], choice['lr']}))})"
+
+
 def rates_table(chosen):
-    """The learning-rate search (``chosen_rates.json``): validation score per arm and rate, the choice in bold."""
+    """The learning-rate search (``chosen_rates.json``): validation score per arm and rate, the rate used in
+    bold, and its full-length check."""
     labels = list(next(iter(chosen.values()))["scores"])
-    lines = ["| arm | " + " | ".join(labels) + " | chosen |", "|---|" + "---|" * (len(labels) + 1)]
+    lines = ["| arm | " + " | ".join(labels) + " | used | full-length check |", "|---|" + "---|" * (len(labels) + 2)]
     for arm, choice in chosen.items():
         cells = ["diverged" if score is None else f"{score:.4f}" for score in choice["scores"].values()]
         cells = [f"**{cell}**" if label == f"lr{choice['lr']:g}" else cell for label, cell in zip(labels, cells)]
-        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {choice['lr']:g} |")
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {choice['lr']:g} | {stability_cell(choice)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -179,7 +192,8 @@ def lm_report(directory):
     chosen = directory / "chosen_rates.json"
     if chosen.exists() and json.loads(chosen.read_text()):
         markdown += ("\n## Learning-rate search\n\nValidation bits per token at each arm's best step, one seed "
-                     "(runs in tune/):\n\n" + rates_table(json.loads(chosen.read_text())))
+                     "(runs in tune/); the full-length check trains the arm's first run at the rate and moves a "
+                     "diverged arm to its next rate (its runs in diverged/):\n\n" + rates_table(json.loads(chosen.read_text())))
     (directory / "report.md").write_text(markdown)
     plot(arms, "valid_bits", "validation bits per token (mean over seeds)", directory / "report_curves.png")
     plot(arms, "drift", "max |xᴴx − I| of group-valued parameters", directory / "report_drift.png", log=True)

@@ -15,7 +15,9 @@ shared out as on the pool. The run directories must be on storage every node see
 
 A sweep that sets ``TUNING`` chooses each arm's learning rate on validation first: its search
 runs go to ``DIR/tune/`` and the choice to ``DIR/chosen_rates.json`` (``experiments.tuning``); a
-sweep's ``OUT`` replaces the default directory.
+sweep's ``OUT`` replaces the default directory. With ``TUNING.stability_margin`` each arm's first
+run trains first, and an arm whose first run diverged moves to its next-best rate (its runs at the
+diverged rate go to ``DIR/diverged/``) before the other runs start.
 
 A sweep may set ``NEEDS_CUDA = "why"``: without a CUDA device the sweep then stops before
 starting, printing why, unless ``--allow-cpu`` is given. Presets that set ``device: auto``
@@ -34,6 +36,7 @@ from pathlib import Path
 import torch
 
 from experiments import train, tuning
+from experiments.sweep_run import arm_of
 from experiments.sweeps import PRESETS, load_sweep
 
 
@@ -102,6 +105,22 @@ def _run_stage(runs, out, record, workers, executor, known=None):
     return status
 
 
+def _settle_rates(runs, recipe, chosen, out, record, workers, executor):
+    """Reuse full-length search runs, and with ``recipe.stability_margin`` train each arm's first run
+    until its rate is settled (``experiments.tuning.settle_rates``); returns ``{name: status}`` of the
+    first runs trained (the last attempt of each)."""
+    trained = {}
+    while True:
+        tuning.reuse_search_runs(tuning.with_chosen_rates(runs, chosen)[0], recipe, out / "tune", out)
+        if recipe.stability_margin is None:
+            return trained
+        failed = {arm_of(name) for name, result in trained.items() if result["status"] == "failed"}
+        first = [run for run in tuning.settle_rates(runs, recipe, chosen, out) if arm_of(run.name) not in failed]
+        if not first:
+            return trained
+        trained.update(_run_stage(first, out, record, workers, executor))
+
+
 def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
     """Run every pending run of ``sweep`` (a preset, module or file); returns ``{name: status}``.
 
@@ -124,10 +143,15 @@ def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
     if loaded.tuning is not None:
         search = tuning.tuning_runs(runs, loaded.tuning)
         _run_stage(search, out / "tune", record, workers, executor)
-        runs, untuned = tuning.with_chosen_rates(runs, tuning.choose_rates(runs, loaded.tuning, out / "tune"))
-        tuning.reuse_search_runs(runs, loaded.tuning, out / "tune", out)
-        known = {name: {"name": name, "status": "failed", "error": "no learning-rate search run of its arm finished"}
-                 for name in untuned}
+        chosen = tuning.choose_rates(runs, loaded.tuning, out / "tune")
+        known = _settle_rates(runs, loaded.tuning, chosen, out, record, workers, executor)
+        runs, untuned = tuning.with_chosen_rates(runs, chosen)
+        failed = {arm_of(name) for name, result in known.items() if result["status"] == "failed"}
+        known.update({run.name: {"name": run.name, "status": "failed", "error": "the first run of its arm failed"}
+                      for run in runs if arm_of(run.name) in failed and run.name not in known})
+        runs = [run for run in runs if run.name not in known]
+        known.update({name: {"name": name, "status": "failed", "error": "no learning-rate search run of its arm finished"}
+                      for name in untuned})
     status = _run_stage(runs, out, record, workers, executor, known)
     return {run.name: status[run.name] for run in loaded.runs}
 

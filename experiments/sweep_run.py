@@ -57,11 +57,18 @@ LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
 class Tuning:
     """A sweep's learning-rate search (``experiments.tuning``): before its runs, every arm is trained
     once per rate in ``rates`` with seed ``seed`` and the options overridden by ``options`` (a
-    shorter budget), and its runs then use the rate whose run reached the lowest validation score."""
+    shorter budget), and its runs then use the rate whose run reached the lowest validation score.
+
+    ``stability_margin`` (validation units, bits for language modelling; None: no check): a short
+    search cannot see a divergence that starts after it. With a margin, each arm's first run trains
+    first at the chosen rate; if it diverged (its loss turned non-finite, or its last validation
+    score ends more than the margin above its best), the arm moves to its next-best searched rate
+    (``experiments.tuning.settle_rates``)."""
 
     rates: tuple = LEARNING_RATES
     options: dict = field(default_factory=dict)
     seed: int = 0
+    stability_margin: float | None = None
 
     def __post_init__(self):
         if not self.rates or not all(isinstance(r, float) and r > 0 for r in self.rates):
@@ -72,3 +79,6 @@ class Tuning:
             raise ValueError("Tuning.options must be a dict that sets neither lr nor seed (the search sets them)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"Tuning.seed must be a non-negative int, got {self.seed!r}")
+        if self.stability_margin is not None and not (isinstance(self.stability_margin, float)
+                                                      and self.stability_margin > 0):
+            raise ValueError(f"Tuning.stability_margin must be a positive float or None, got {self.stability_margin!r}")

@@ -9,6 +9,12 @@ run of the arm at that rate. ``experiments.sweep`` runs the search in ``OUT/tune
 the whole recipe resumes, and the choice is recomputed from the finished search runs each time.
 A search at the full budget (``Tuning.options`` empty) with a seed the sweep also runs trains that
 seed's run at the chosen rate already: ``reuse_search_runs`` copies it instead of training it twice.
+
+With ``Tuning.stability_margin`` the choice is checked at the full length (``settle_rates``): each
+arm's first run trains first, and an arm whose first run diverged parks its runs at that rate in
+``OUT/diverged/lr<rate>/`` and takes its next-best searched rate, until one trains stably. An arm
+with no stable rate keeps the one whose first run reached the lowest validation score, marked
+``"stable": false`` in ``chosen_rates.json``.
 """
 
 from __future__ import annotations
@@ -86,6 +92,13 @@ def with_chosen_rates(runs, chosen):
     return tuned, untuned
 
 
+def _retarget_command(source, target):
+    """A run directory copied or moved from ``source`` to ``target``: its ``command.txt`` names ``target``."""
+    command = Path(target) / "command.txt"
+    if command.exists():
+        command.write_text(command.read_text().replace(str(source), str(target)))
+
+
 def reuse_search_runs(runs, tuning, directory, out):
     """Copy every finished search run under ``directory`` that is one of ``runs`` (at their chosen
     rates; the same model, task and options, seed included) to ``out/<run name>``, where that run has
@@ -98,8 +111,95 @@ def reuse_search_runs(runs, tuning, directory, out):
         if name is None or not (source / "final.json").exists() or target.exists():
             continue
         shutil.copytree(source, target)
-        command = target / "command.txt"
-        if command.exists():
-            command.write_text(command.read_text().replace(str(source), str(target)))
+        _retarget_command(source, target)
         copied.append(run.name)
     return copied
+
+
+DIVERGED = "diverged"  # OUT/diverged/lr<rate>/<run name>: an arm's runs at a rate its first run diverged at
+
+
+def diverged(directory, key, margin):
+    """Whether the finished run in ``directory`` diverged: its training stopped on a non-finite loss,
+    or its last evaluation's ``key`` (in ``metrics.jsonl``) is not finite or above its best + ``margin``."""
+    directory = Path(directory)
+    if "stopped" in json.loads((directory / "final.json").read_text()):
+        return True
+    scores = [json.loads(line)[key] for line in (directory / "metrics.jsonl").read_text().splitlines()]
+    finite = [score for score in scores if math.isfinite(score)]
+    return not finite or not math.isfinite(scores[-1]) or scores[-1] > min(finite) + margin
+
+
+def _best_score(directory, key):
+    """The run's ``final.json`` score (its best-validation model's), infinite when not finite."""
+    score = json.loads((Path(directory) / "final.json").read_text()).get(key)
+    return score if score is not None and math.isfinite(score) else math.inf
+
+
+def _move_runs(names, source, target):
+    """Move the run directories ``names`` that exist under ``source`` to ``target`` (their commands follow)."""
+    for name in names:
+        if (Path(source) / name).exists():
+            Path(target).mkdir(parents=True, exist_ok=True)
+            shutil.move(str(Path(source) / name), str(Path(target) / name))
+            _retarget_command(Path(source) / name, Path(target) / name)
+
+
+def _settle_arm(first, names, candidates, out, margin):
+    """``(rate, stable)`` for one arm: ``stable`` is True (its first run at ``rate`` trained stably), None
+    (that run is still to train or finish) or False (every candidate diverged: ``rate`` scored best).
+    Parks the arm's runs (``names``) of a diverged rate; moves back those of the best when none is stable."""
+    key = task_class(first.task).selection_key
+    parked = {rate: out / DIVERGED / rate_label(rate) for rate in candidates}
+    tried = {rate for rate, folder in parked.items() if (folder / first.name / "final.json").exists()}
+    current = out / first.name
+    if (current / "config.json").exists():
+        rate = json.loads((current / "config.json").read_text())["train"]["lr"]
+        if not (current / "final.json").exists():
+            return rate, None
+        if not diverged(current, key, margin):
+            return rate, True
+        untried = [r for r in candidates if r != rate and r not in tried]
+        if not untried and _best_score(current, key) <= min((_best_score(parked[r] / first.name, key) for r in tried),
+                                                           default=math.inf):
+            return rate, False
+        _move_runs(names, out, out / DIVERGED / rate_label(rate))
+        parked[rate] = out / DIVERGED / rate_label(rate)
+        tried.add(rate)
+    untried = [r for r in candidates if r not in tried]
+    if untried:
+        return untried[0], None
+    best = min(tried, key=lambda r: _best_score(parked[r] / first.name, key))
+    _move_runs(names, parked[best], out)
+    return best, False
+
+
+def settle_rates(runs, tuning, chosen, out):
+    """Check ``chosen`` (``choose_rates``) at the full length; returns the arms' first runs still to train.
+
+    Per arm, the candidates are its searched rates with a finite score, best first. The arm's first
+    run (at the chosen rate) diverged when ``diverged(..., tuning.stability_margin)``: its runs at
+    that rate move to ``out/diverged/lr<rate>/`` and the next candidate is tried. Updates ``chosen``
+    in place (``lr``; ``search_lr``, the search's choice; ``stable``: True, False or None while
+    pending; ``diverged_rates``) and ``out/chosen_rates.json``. Call it again after training the
+    returned runs, until it returns none; it reads every verdict from the run directories, so it
+    resumes.
+    """
+    out, pending = Path(out), []
+    names = {}
+    for run in runs:
+        names.setdefault(arm_of(run.name), []).append(run.name)
+    for arm, first in arm_templates(runs).items():
+        if arm not in chosen:
+            continue
+        choice = chosen[arm]
+        search_lr = choice.get("search_lr", choice["lr"])
+        scores = {rate: choice["scores"][rate_label(rate)] for rate in tuning.rates}
+        candidates = sorted((r for r in tuning.rates if scores[r] is not None), key=lambda r: scores[r])
+        rate, stable = _settle_arm(first, names[arm], candidates, out, tuning.stability_margin)
+        parked = [r for r in candidates if (out / DIVERGED / rate_label(r) / first.name / "final.json").exists()]
+        choice.update({"lr": rate, "search_lr": search_lr, "stable": stable, "diverged_rates": parked})
+        if stable is None:
+            pending.append(dataclasses.replace(first, options={**first.options, "lr": rate}))
+    (out / "chosen_rates.json").write_text(json.dumps(chosen, indent=2))
+    return pending

@@ -290,3 +290,91 @@ def test_a_run_finished_after_the_sweep_listed_it_is_not_entered_again(tmp_path)
     run = SweepRun("so3-seed0", "group_rnn", "lm", {"dataset": "ptb_char", "group": "SO", "n": 3, "steps": 3})
     assert execute(run, directory) == {"name": "so3-seed0", "status": "done"}
     assert sorted(p.name for p in directory.iterdir()) == ["final.json"]  # nothing trained, nothing written
+
+
+def _fake_run(directory, lr, valid, stopped=False):
+    """A finished run at ``lr`` whose evaluations scored ``valid`` (bits); final.json holds the best."""
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps({"train": {"lr": lr}}))
+    (directory / "command.txt").write_text(f"python -m experiments.train --lr {lr} --run-dir {directory}\n")
+    (directory / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "valid_bits": v}) + "\n"
+                                                     for i, v in enumerate(valid)))
+    finite = [v for v in valid if math.isfinite(v)]
+    final = {"valid_bits": min(finite) if finite else float("nan"), **({"stopped": "nan"} if stopped else {})}
+    (directory / "final.json").write_text(json.dumps(final))
+
+
+def test_a_diverged_run_is_one_whose_last_validation_ends_far_above_its_best_or_whose_loss_broke(tmp_path):
+    from experiments.tuning import diverged
+
+    cases = {"falls": ([4.0, 3.0, 2.9], False), "wobbles": ([4.0, 3.0, 3.2], False), "rises": ([4.0, 3.0, 3.3], True),
+             "nan": ([4.0, 3.0, float("nan")], True), "never finite": ([float("nan")], True)}
+    for name, (valid, verdict) in cases.items():
+        _fake_run(tmp_path / name, 1e-3, valid)
+        assert diverged(tmp_path / name, "valid_bits", 0.25) is verdict, name
+    _fake_run(tmp_path / "stopped", 1e-3, [4.0, 3.0], stopped=True)
+    assert diverged(tmp_path / "stopped", "valid_bits", 0.25)
+
+
+def test_the_stability_check_moves_a_diverged_arm_to_its_next_rate_and_keeps_the_best_when_none_is_stable(tmp_path):
+    from experiments.sweep_run import SweepRun, Tuning
+    from experiments.tuning import settle_rates
+
+    runs = [SweepRun(f"{arm}-seed{seed}", "lstm", "lm", {"dataset": "ptb_char", "lr": 1.0, "seed": seed})
+            for arm in ("a", "b", "c") for seed in (0, 1)]
+    tuning = Tuning(rates=(1e-3, 1e-2, 1e-1), stability_margin=0.25)
+    scores = {"a": (2.5, 2.1, 2.3), "b": (3.0, None, None), "c": (2.2, 2.0, None)}
+    chosen = {arm: {"lr": 1e-3 if arm == "b" else 1e-2, "scores": dict(zip(("lr0.001", "lr0.01", "lr0.1"), rates))}
+              for arm, rates in scores.items()}  # the search's choices
+    rising, falling = [4.0, 3.0, 3.5], [4.0, 3.0, 2.8]
+    _fake_run(tmp_path / "a-seed0", 1e-2, rising)  # a: diverges at its search choice, a seed-1 run there too
+    _fake_run(tmp_path / "a-seed1", 1e-2, falling)
+    _fake_run(tmp_path / "b-seed0", 1e-3, rising)  # b: its only finite rate diverges
+    _fake_run(tmp_path / "c-seed0", 1e-2, [4.0, 2.9, 3.6])  # c: best 2.9 at 1e-2, then 3.0 at 1e-3
+    pending = settle_rates(runs, tuning, chosen, tmp_path)
+    assert [(r.name, r.options["lr"], r.options["seed"]) for r in pending] == [("a-seed0", 1e-1, 0), ("c-seed0", 1e-3, 0)]
+    assert sorted(p.name for p in (tmp_path / "diverged" / "lr0.01").iterdir()) == ["a-seed0", "a-seed1", "c-seed0"]
+    assert (chosen["a"]["lr"], chosen["a"]["search_lr"], chosen["a"]["stable"]) == (1e-1, 1e-2, None)
+    assert (chosen["b"]["lr"], chosen["b"]["stable"], chosen["b"]["diverged_rates"]) == (1e-3, False, [])
+    assert (tmp_path / "b-seed0" / "final.json").exists()  # nothing better to move to: it stays
+    parked = tmp_path / "diverged" / "lr0.01" / "a-seed1"
+    assert (parked / "command.txt").read_text().endswith(f"--run-dir {parked}\n")  # the command follows the run
+
+    _fake_run(tmp_path / "a-seed0", 1e-1, falling)  # what the sweep trains next
+    _fake_run(tmp_path / "c-seed0", 1e-3, [4.0, 3.0, float("nan")])
+    assert settle_rates(runs, tuning, chosen, tmp_path) == []
+    assert (chosen["a"]["lr"], chosen["a"]["stable"], chosen["a"]["diverged_rates"]) == (1e-1, True, [1e-2])
+    assert (chosen["c"]["lr"], chosen["c"]["stable"], chosen["c"]["diverged_rates"]) == (1e-2, False, [1e-3])
+    assert json.loads((tmp_path / "c-seed0" / "config.json").read_text())["train"]["lr"] == 1e-2  # back in place
+    assert json.loads((tmp_path / "chosen_rates.json").read_text()) == chosen
+    assert settle_rates(runs, tuning, chosen, tmp_path) == []  # settled: a second look moves nothing
+    assert (chosen["c"]["lr"], chosen["c"]["stable"]) == (1e-2, False) and (tmp_path / "c-seed0").exists()
+
+
+def test_a_sweep_with_a_stability_margin_trains_a_diverged_arms_first_run_again_at_its_next_rate(tmp_path, monkeypatch):
+    """TUNED_SWEEP with a margin, where the search's choice is declared diverged: the sweep parks that run and
+    trains every run at the other rate."""
+    from experiments import tuning as tuning_module
+
+    sweep = tmp_path / "stable.py"
+    sweep.write_text(TUNED_SWEEP.replace('options={"steps": 2})', 'options={"steps": 2}, stability_margin=0.25)'))
+    out = tmp_path / "runs"
+    first_choice = []
+
+    def the_search_choice_diverges(directory, key, margin):
+        rate = json.loads((directory / "config.json").read_text())["train"]["lr"]
+        first_choice.append(rate)
+        return rate == first_choice[0]
+
+    monkeypatch.setattr(tuning_module, "diverged", the_search_choice_diverges)
+    status = run_sweep(sweep, out, workers=2)
+    assert all(s["status"] == "done" for s in status.values()), status
+    chosen = json.loads((out / "chosen_rates.json").read_text())["rnn-O"]
+    other = ({1e-3, 3e-2} - {first_choice[0]}).pop()
+    assert chosen["search_lr"] == first_choice[0] and chosen["lr"] == other and chosen["stable"] is True
+    assert json.loads((out / "diverged" / f"lr{first_choice[0]:g}" / "rnn-O-seed1" / "config.json").read_text()
+                      )["train"]["lr"] == first_choice[0]
+    assert json.loads((out / "rnn-O-seed1" / "config.json").read_text())["train"]["lr"] == other
+    markdown = report(out)
+    assert f"| {other:g} | diverged at {first_choice[0]:g}; stable at {other:g} |" in markdown
+    assert "| rnn-O | 1 |" in markdown  # the parked run is not one of the arm's runs
