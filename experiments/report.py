@@ -81,7 +81,9 @@ def best_steps(runs):
     return ", ".join(cells)
 
 
-def table(arms):
+def table(arms, speed=None):
+    """The runs' table. ``speed``: ``{arm: tokens/s}`` measured quietly (``experiments.bench.study_speed``)
+    replaces the mean of the runs' own tokens/s, which were measured beside other runs."""
     lines = ["| arm | runs | parameters | lr | best step | test bits/token (mean ± 95% CI) | "
              "test bits/token, state carried | tokens/s | train time (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for arm, runs in arms.items():
@@ -90,13 +92,14 @@ def table(arms):
         carried = format_interval(carried) if None not in carried else "—"
         parameters = sorted({r["final"]["parameters"] for r in runs})
         rates = sorted({r["config"]["train"]["lr"] for r in runs})
-        speed = np.mean([r["final"]["tokens_per_second"] for r in runs])
+        tokens_per_second = (speed or {}).get(arm, np.mean([r["final"]["tokens_per_second"] for r in runs]))
         seconds = np.mean([r["final"].get("train_seconds", np.nan) for r in runs])
         lines.append(f"| {arm} | {len(runs)} | {', '.join(f'{p:,}' for p in parameters)} | "
                      f"{', '.join(f'{r:g}' for r in rates)} | {best_steps(runs)} | {interval} | {carried} | "
-                     f"{speed:,.0f} | {seconds:,.0f} |")
+                     f"{tokens_per_second:,.0f} | {seconds:,.0f} |")
     lines.append(f"\nBest step: the evaluation with the lowest validation bits, whose model is tested; "
-                 f"{NOT_CONVERGED} marks a run whose best step is its last evaluation (not converged).")
+                 f"{NOT_CONVERGED} marks a run whose best step is its last evaluation (not converged). Tokens/s: "
+                 + ("training alone on one thread (speed.json)" if speed else "the runs' own, beside other runs") + ".")
     return "\n".join(lines) + "\n"
 
 
@@ -188,7 +191,10 @@ def report(directory):
 def lm_report(directory):
     """Write report.md and the plots of a language-modelling sweep into ``directory``; returns the Markdown."""
     arms = load_runs(directory)
-    markdown = f"# Report: {directory.name}\n\n" + table(arms)
+    speed = directory / "speed.json"
+    speed = {arm: record["tokens_per_second"] for arm, record in json.loads(speed.read_text())["arms"].items()} \
+        if speed.exists() else None
+    markdown = f"# Report: {directory.name}\n\n" + table(arms, speed)
     chosen = directory / "chosen_rates.json"
     if chosen.exists() and json.loads(chosen.read_text()):
         markdown += ("\n## Learning-rate search\n\nValidation bits per token at each arm's best step, one seed "
