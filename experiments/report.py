@@ -73,11 +73,16 @@ NOT_CONVERGED = "†"
 
 
 def best_steps(runs):
-    """The runs' best steps, ``NOT_CONVERGED`` after one that is its run's last evaluation."""
+    """The runs' best steps, ``NOT_CONVERGED`` after one that is its run's last evaluation; a run that
+    a non-finite loss stopped (``final["stopped"]``) says so, and "—" if it had no finite evaluation."""
     cells = []
     for run in runs:
-        best, last = run["final"].get("best_step"), run["final"]["steps"]
-        cells.append("—" if best is None else f"{best:,}{NOT_CONVERGED if best == last else ''}")
+        final = run["final"]
+        best, last = final.get("best_step"), final["steps"]
+        if "stopped" in final:
+            cells.append(f"{'—' if best is None or best == last else f'{best:,}'} (NaN at step {last + 1:,})")
+        else:
+            cells.append("—" if best is None else f"{best:,}{NOT_CONVERGED if best == last else ''}")
     return ", ".join(cells)
 
 
