@@ -21,8 +21,9 @@ carried across the test split where both arms are recurrent. A negative differen
 
 Each dataset also gets its checks (issue 13's acceptance): the unigram level, the cross-entropy of
 the training split's character frequencies (add-one smoothed) on the test split, with every arm's
-worst seed against it; and each arm's best steps, flagged where a best step is the run's last
-evaluation. For scale, count models of order 2–5 (``ngram_levels``) are scored on test too.
+worst seed against it; each run's last validation bits (where its training ended, not its best
+checkpoint) against the same level on the validation split, with how far it rose above its best;
+and each arm's best steps, flagged where a best step is the run's last evaluation. For scale, count models of order 2–5 (``ngram_levels``) are scored on test too.
 """
 
 from __future__ import annotations
@@ -142,13 +143,27 @@ def comparisons(arms):
     return rows
 
 
-def checks(arms, unigram):
-    """Per arm: its seeds' worst test bits (inf where one diverged) against the unigram level, and its
-    best steps."""
+def _last_and_rise(run):
+    """``(last validation bits, its rise above the run's best)`` from ``metrics.jsonl``: None without
+    evaluations, a rise of NaN without a finite one."""
+    valid = [m["valid_bits"] for m in run.get("metrics", []) if "valid_bits" in m]
+    finite = [v for v in valid if math.isfinite(v)]
+    if not valid:
+        return None, None
+    return valid[-1], (valid[-1] - min(finite) if finite else math.nan)
+
+
+def checks(arms, unigram, valid_unigram):
+    """Per arm: its seeds' worst test bits (inf where one diverged) against the unigram level (test
+    split); where training ended, each seed's last validation bits against the validation split's
+    unigram level, with its rise above the run's best; and its best steps."""
     rows = {}
     for arm, runs in arms.items():
         worst = max(v if math.isfinite(v) else math.inf for v in (r["final"]["test_bits_per_token"] for r in runs))
+        last, rise = zip(*(_last_and_rise(run) for run in runs))
         rows[arm] = {"worst_test_bits": worst, "below_unigram": bool(math.isfinite(worst) and worst < unigram),
+                     "last_valid_bits": list(last), "rise_from_best": list(rise),
+                     "ends_below_unigram": all(v is not None and math.isfinite(v) and v < valid_unigram for v in last),
                      "best_steps": [run["final"].get("best_step") for run in runs],
                      "steps": [run["final"]["steps"] for run in runs]}
     return rows
@@ -164,21 +179,31 @@ def _interval(result, percent=False):
         else f"{mean:+.{digits}f}{unit} (one seed)"
 
 
-def dataset_markdown(title, unigram, levels, rows, arm_checks, arms):
+def _ending(check):
+    """The worst seed's last validation bits and the largest rise above a run's best, in words."""
+    if None in check["last_valid_bits"]:
+        return "—"
+    last = max(v if math.isfinite(v) else math.inf for v in check["last_valid_bits"])
+    rises = [r for r in check["rise_from_best"] if math.isfinite(r)]
+    return ("not finite" if math.isinf(last) else f"{last:.4f}") + (f" (+{max(rises):.3f})" if rises else "")
+
+
+def dataset_markdown(title, unigram, valid_unigram, levels, rows, arm_checks, arms):
     counted = ", ".join(f"{order}-gram {level['test_bits']:.3f}" for order, level in levels.items())
     lines = [f"## {title}", "", f"Count models on test, in bits per character: unigram (training frequencies, "
-             f"add-one) {unigram:.3f}; {counted} (interpolated Dirichlet smoothing, its strength chosen on "
-             "validation).", "",
+             f"add-one) {unigram:.3f} (on validation {valid_unigram:.3f}); {counted} (interpolated Dirichlet "
+             "smoothing, its strength chosen on validation).", "",
              "| claim | a − b | seeds | Δ test bits, windowed | relative | Δ test bits, state carried | relative |",
              "|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['claim']} | {row['comparison']} | {len(row['windowed']['seeds'])} | "
                      f"{_interval(row['windowed'])} | {_interval(row['windowed'], True)} | "
                      f"{_interval(row['carried'])} | {_interval(row['carried'], True)} |")
-    lines += ["", "| arm | worst seed's test bits | below the unigram? | best steps |", "|---|---|---|---|"]
+    lines += ["", "| arm | worst seed's test bits | below the unigram? | last validation bits, worst seed "
+              "(largest rise above a run's best) | ends below the unigram? | best steps |", "|---|---|---|---|---|---|"]
     for arm, check in arm_checks.items():
         lines.append(f"| {arm} | {check['worst_test_bits']:.4f} | {'yes' if check['below_unigram'] else 'NO'} | "
-                     f"{best_steps(arms[arm])} |")
+                     f"{_ending(check)} | {'yes' if check['ends_below_unigram'] else 'NO'} | {best_steps(arms[arm])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -194,11 +219,13 @@ def claims(directory=DEFAULT_DIR):
         first = next(iter(arms.values()))[0]["config"]
         dataset = load_dataset(first["task"]["dataset"])
         vocab_size = first["model"]["vocab_size"]
-        unigram = unigram_bits(dataset.streams["train"], dataset.streams["test"], vocab_size)
+        unigram, valid_unigram = (unigram_bits(dataset.streams["train"], dataset.streams[split], vocab_size)
+                                  for split in ("test", "valid"))
         levels = ngram_levels(dataset, vocab_size)
-        rows, arm_checks = comparisons(arms), checks(arms, unigram)
-        record[folder] = {"unigram_bits": unigram, "ngram_levels": levels, "comparisons": rows, "checks": arm_checks}
-        sections.append(dataset_markdown(title, unigram, levels, rows, arm_checks, arms))
+        rows, arm_checks = comparisons(arms), checks(arms, unigram, valid_unigram)
+        record[folder] = {"unigram_bits": unigram, "valid_unigram_bits": valid_unigram, "ngram_levels": levels,
+                          "comparisons": rows, "checks": arm_checks}
+        sections.append(dataset_markdown(title, unigram, valid_unigram, levels, rows, arm_checks, arms))
     if not sections:
         raise ValueError(f"no finished runs under any of {[str(directory / f) for f in DATASET_FOLDERS]}")
     markdown = ("# The paper's claims, seed-paired\n\nTest bits per character of each run's best-validation "

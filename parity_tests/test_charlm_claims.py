@@ -46,9 +46,11 @@ def test_the_ngram_level_equals_counting_by_hand(order):
         ngram_bits(train, test, 4, 0, 1.0)
 
 
-def _run(root, arm, seed, windowed, carried=None, best_step=400, steps=400):
+def _run(root, arm, seed, windowed, carried=None, best_step=400, steps=400, valid=()):
     run = root / f"{arm}-seed{seed}"
     run.mkdir(parents=True)
+    run.joinpath("metrics.jsonl").write_text("".join(json.dumps({"step": 100 * (i + 1), "valid_bits": v}) + "\n"
+                                                     for i, v in enumerate(valid)))
     run.joinpath("config.json").write_text(json.dumps(
         {"train": {"model": arm, "task": "lm", "seed": seed, "lr": 1e-3},
          "task": {"dataset": "tinyshakespeare"}, "model": {"vocab_size": 65}}))
@@ -64,9 +66,9 @@ def test_the_claims_pair_arms_by_seed_and_check_each_arm_against_the_unigram(tmp
     lstm = {0: 2.0, 1: 2.2, 2: 2.1}
     o_fix = {0: 2.5, 1: 2.6, 3: 9.9}  # seed 3 has no LSTM twin: left out of the pairing
     for seed, bits in lstm.items():
-        _run(folder, "lstm", seed, bits, carried=bits - 0.1, best_step=300)
+        _run(folder, "lstm", seed, bits, carried=bits - 0.1, best_step=300, valid=(3.0, bits, bits + 0.01 * seed))
     for seed, bits in o_fix.items():
-        _run(folder, "rnn-O-fix", seed, bits, carried=bits - 0.2)
+        _run(folder, "rnn-O-fix", seed, bits, carried=bits - 0.2, valid=(3.0, 5.5) if seed == 3 else (3.0, bits))
     _run(folder, "gpt", 0, 2.3)  # no carried score: that column reads —
     markdown = claims(tmp_path)
     record = json.loads((tmp_path / "claims.json").read_text())["shakespeare"]
@@ -86,8 +88,12 @@ def test_the_claims_pair_arms_by_seed_and_check_each_arm_against_the_unigram(tmp
     checks = record["checks"]
     assert 4.5 < record["unigram_bits"] < 5.0  # Tiny Shakespeare's characters
     assert checks["lstm"]["below_unigram"] and not checks["rnn-O-fix"]["below_unigram"]  # seed 3: 9.9 bits
-    assert "| rnn-O-fix | 9.9000 | NO | 400†, 400†, 400† |" in markdown
-    assert "| lstm | 2.2000 | yes | 300, 300, 300 |" in markdown
+    assert 4.5 < record["valid_unigram_bits"] < 5.0
+    assert checks["lstm"]["ends_below_unigram"] and not checks["rnn-O-fix"]["ends_below_unigram"]  # seed 3 ends at 5.5
+    assert checks["lstm"]["rise_from_best"] == pytest.approx([0.0, 0.01, 0.02])
+    assert "| rnn-O-fix | 9.9000 | NO | 5.5000 (+2.500) | NO | 400†, 400†, 400† |" in markdown
+    assert "| lstm | 2.2000 | yes | 2.2100 (+0.020) | yes | 300, 300, 300 |" in markdown
+    assert "| gpt | 2.3000 | yes | — | NO |" in markdown  # no evaluations recorded
 
 
 def test_a_diverged_seed_is_left_out_of_the_pairing_and_fails_the_unigram_check(tmp_path):
