@@ -23,7 +23,9 @@ Each dataset also gets its checks (issue 13's acceptance): the unigram level, th
 the training split's character frequencies (add-one smoothed) on the test split, with every arm's
 worst seed against it; each run's last validation bits (where its training ended, not its best
 checkpoint) against the same level on the validation split, with how far it rose above its best;
-and each arm's best steps, flagged where a best step is the run's last evaluation. For scale, count models of order 2–5 (``ngram_levels``) are scored on test too.
+and each arm's best steps, flagged where a best step is the run's last evaluation. Where the study
+has runs trained longer (``convergence/<arm>-steps<N>-seed<s>``), a table sets them beside the
+study's run: how much more training still moves the test bits (``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -207,6 +210,41 @@ def dataset_markdown(title, unigram, valid_unigram, levels, rows, arm_checks, ar
     return "\n".join(lines) + "\n"
 
 
+LONGER = re.compile(r"^(?P<arm>.+)-steps(?P<steps>\d+)-seed(?P<seed>\d+)$")
+
+
+def longer_training(folder):
+    """The convergence check: runs under ``folder/convergence/`` named ``<arm>-steps<N>-seed<s>`` (the
+    study's run ``<arm>-seed<s>`` trained N steps), beside that study run. Returns ``{(arm, seed): [{"steps",
+    "best_step", "valid_bits", "test_bits"}, ...]}`` by increasing steps, only where the study run finished."""
+    found = {}
+    for final in sorted(Path(folder).glob("convergence/*/final.json")):
+        match = LONGER.match(final.parent.name)
+        study = Path(folder) / f"{match['arm']}-seed{match['seed']}" / "final.json" if match else None
+        if study is None or not study.exists():
+            continue
+        found.setdefault((match["arm"], int(match["seed"])), {study, final}).add(final)
+    rows = {}
+    for key, finals in found.items():
+        records = [json.loads(path.read_text()) for path in finals]
+        rows[key] = sorted(({"steps": r["steps"], "best_step": r.get("best_step"), "valid_bits": r["valid_bits"],
+                             "test_bits": r["test_bits_per_token"]} for r in records), key=lambda r: r["steps"])
+    return rows
+
+
+def longer_markdown(rows):
+    """The convergence check as a table, with the change in test bits from the row above."""
+    lines = ["", "Longer training (the study's run at its rate, trained for more steps; `convergence/`):", "",
+             "| arm | seed | steps | best step | validation bits | test bits | Δ test from the row above |",
+             "|---|---|---|---|---|---|---|"]
+    for (arm, seed), runs in rows.items():
+        for previous, run in zip([None, *runs], runs):
+            change = "" if previous is None else f"{run['test_bits'] - previous['test_bits']:+.4f}"
+            lines.append(f"| {arm} | {seed} | {run['steps']:,} | {run['best_step']:,} | {run['valid_bits']:.4f} | "
+                         f"{run['test_bits']:.4f} | {change} |")
+    return "\n".join(lines) + "\n"
+
+
 def claims(directory=DEFAULT_DIR):
     """Write ``claims.md`` and ``claims.json`` into ``directory`` for each dataset folder with finished
     runs; returns the Markdown."""
@@ -223,9 +261,12 @@ def claims(directory=DEFAULT_DIR):
                                   for split in ("test", "valid"))
         levels = ngram_levels(dataset, vocab_size)
         rows, arm_checks = comparisons(arms), checks(arms, unigram, valid_unigram)
+        longer = longer_training(directory / folder)
         record[folder] = {"unigram_bits": unigram, "valid_unigram_bits": valid_unigram, "ngram_levels": levels,
-                          "comparisons": rows, "checks": arm_checks}
-        sections.append(dataset_markdown(title, unigram, valid_unigram, levels, rows, arm_checks, arms))
+                          "comparisons": rows, "checks": arm_checks,
+                          "longer_training": {f"{arm}-seed{seed}": runs for (arm, seed), runs in longer.items()}}
+        sections.append(dataset_markdown(title, unigram, valid_unigram, levels, rows, arm_checks, arms)
+                        + (longer_markdown(longer) if longer else ""))
     if not sections:
         raise ValueError(f"no finished runs under any of {[str(directory / f) for f in DATASET_FOLDERS]}")
     markdown = ("# The paper's claims, seed-paired\n\nTest bits per character of each run's best-validation "

@@ -54,7 +54,8 @@ def _run(root, arm, seed, windowed, carried=None, best_step=400, steps=400, vali
     run.joinpath("config.json").write_text(json.dumps(
         {"train": {"model": arm, "task": "lm", "seed": seed, "lr": 1e-3},
          "task": {"dataset": "tinyshakespeare"}, "model": {"vocab_size": 65}}))
-    final = {"steps": steps, "best_step": best_step, "test_bits_per_token": windowed, "parameters": 10,
+    final = {"steps": steps, "best_step": best_step, "test_bits_per_token": windowed, "valid_bits": windowed - 0.05,
+             "parameters": 10,
              "tokens_per_second": 1.0}
     if carried is not None:
         final["test_carried_bits_per_token"] = carried
@@ -112,3 +113,19 @@ def test_a_diverged_seed_is_left_out_of_the_pairing_and_fails_the_unigram_check(
 def test_claims_need_finished_runs(tmp_path):
     with pytest.raises(ValueError, match="no finished runs"):
         claims(tmp_path)
+
+
+def test_longer_training_sits_beside_the_study_run_with_the_change_in_test_bits(tmp_path):
+    folder = tmp_path / "shakespeare"
+    _run(folder, "lstm", 0, 2.30, best_step=400, steps=400)
+    _run(folder / "convergence", "lstm-steps800", 0, 2.25, best_step=700, steps=800)
+    _run(folder / "convergence", "lstm-steps1600", 0, 2.26, best_step=1600, steps=1600)
+    _run(folder / "convergence", "gpt-steps800", 0, 2.0, steps=800)  # no study run gpt-seed0: left out
+    markdown = claims(tmp_path)
+    record = json.loads((tmp_path / "claims.json").read_text())["shakespeare"]["longer_training"]
+    assert list(record) == ["lstm-seed0"] and [r["steps"] for r in record["lstm-seed0"]] == [400, 800, 1600]
+    assert record["lstm-seed0"][1] == {"steps": 800, "best_step": 700, "valid_bits": pytest.approx(2.20),
+                                       "test_bits": 2.25}
+    assert "| lstm | 0 | 400 | 400 | 2.2500 | 2.3000 |  |" in markdown
+    assert "| lstm | 0 | 800 | 700 | 2.2000 | 2.2500 | -0.0500 |" in markdown
+    assert "| lstm | 0 | 1,600 | 1,600 | 2.2100 | 2.2600 | +0.0100 |" in markdown
