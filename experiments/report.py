@@ -74,13 +74,13 @@ NOT_CONVERGED = "†"
 
 def best_steps(runs):
     """The runs' best steps, ``NOT_CONVERGED`` after one that is its run's last evaluation; a run that
-    a non-finite loss stopped (``final["stopped"]``) says so, and "—" if it had no finite evaluation."""
+    a non-finite loss stopped (``final["stopped"]``) says so; "—": no finite evaluation."""
     cells = []
     for run in runs:
         final = run["final"]
         best, last = final.get("best_step"), final["steps"]
         if "stopped" in final:
-            cells.append(f"{'—' if best is None or best == last else f'{best:,}'} (NaN at step {last + 1:,})")
+            cells.append(f"{'—' if best is None else f'{best:,}'} (NaN at step {last + 1:,})")
         else:
             cells.append("—" if best is None else f"{best:,}{NOT_CONVERGED if best == last else ''}")
     return ", ".join(cells)

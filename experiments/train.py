@@ -27,9 +27,10 @@ carries a pickled object is refused), ``best.pt`` (the model at the evaluation w
 ``task.selection_key``, for language modelling the validation bits, with its step and score)
 and ``final.json`` (the task's validation and test metrics of that best model, or of the last
 one for a task that does not select, ``best_step``, tokens/s, parameters, the drift of
-group-valued tensors). A training loss that is not finite ends the run at that step: a last
-evaluation goes to ``metrics.jsonl`` and ``final.json`` says why under ``stopped`` (its ``steps``
-is the step reached; with no finite evaluation its scores are not finite either).
+group-valued tensors). A training loss that is not finite ends the run: the model of the last
+completed step is evaluated like any other (into ``metrics.jsonl``, and kept if it is the best), and
+``final.json`` says why under ``stopped`` (``steps``: the steps completed; with no finite
+evaluation ``best_step`` is null and the last model is tested).
 A run killed at any point and continued with ``--resume`` produces the same metrics as an
 uninterrupted one on the CPU (tested). Progress goes to stderr: a bar on a terminal, otherwise one
 plain line per evaluation.
@@ -438,8 +439,10 @@ class Run:
             loss = cross_entropy(logits, targets.to(train.device))
             if not torch.isfinite(loss):  # diverged: no later step can recover, so stop and say so
                 self.stopped = f"training loss not finite at step {self.step + 1}"
-                self._log({"step": self.step + 1, **self.task.train_metrics(loss.item()), **self.evaluate("valid"),
-                           "drift": group_drift(self.model), **self.diagnose(), "stopped": self.stopped})
+                record = {"step": self.step, **self.task.train_metrics(loss.item()), **self.evaluate("valid"),
+                          "drift": group_drift(self.model), **self.diagnose(), "stopped": self.stopped}
+                self._log(record)  # the model of the last completed step, evaluated like any other
+                self._keep_if_best(record)
                 break
             self.optimizers.zero_grad()
             loss.backward()
@@ -469,7 +472,8 @@ class Run:
         best-validation one if the task selects, else the last), ``best_step``, and the run's figures."""
         if self.best is not None:
             self.model.load_state_dict(self.best["model"])
-        result = {"steps": self.step, "best_step": self.step if self.best is None else self.best["step"],
+        best_step = self.best["step"] if self.best else (None if self.task.selection_key else self.step)
+        result = {"steps": self.step, "best_step": best_step,
                   **self.evaluate("valid"), **self.evaluate("test"),
                   "tokens_per_second": tokens_per_second, "train_seconds": self.train_seconds,
                   "parameters": count_parameters(self.model), "drift": group_drift(self.model),

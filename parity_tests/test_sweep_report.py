@@ -178,7 +178,7 @@ def test_the_report_flags_a_best_step_at_the_last_evaluation():
     runs = [{"final": {"best_step": 300, "steps": 400}}, {"final": {"best_step": 400, "steps": 400}}]
     assert best_steps(runs) == f"300, 400{NOT_CONVERGED}"
     stopped = [{"final": {"best_step": 200, "steps": 250, "stopped": "training loss not finite at step 251"}},
-               {"final": {"best_step": 37, "steps": 37, "stopped": "training loss not finite at step 38"}}]
+               {"final": {"best_step": None, "steps": 37, "stopped": "training loss not finite at step 38"}}]
     assert best_steps(stopped) == "200 (NaN at step 251), — (NaN at step 38)"  # the second: no finite evaluation
 
 
