@@ -148,11 +148,14 @@ def comparisons(arms):
 
 def _last_and_rise(run):
     """``(last validation bits, its rise above the run's best)`` from ``metrics.jsonl``: None without
-    evaluations, a rise of NaN without a finite one."""
+    evaluations; NaN for a run that a non-finite loss stopped (it ended diverged), a rise of NaN
+    without a finite evaluation."""
     valid = [m["valid_bits"] for m in run.get("metrics", []) if "valid_bits" in m]
     finite = [v for v in valid if math.isfinite(v)]
     if not valid:
         return None, None
+    if "stopped" in run["final"]:
+        return math.nan, math.nan
     return valid[-1], (valid[-1] - min(finite) if finite else math.nan)
 
 

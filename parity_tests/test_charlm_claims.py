@@ -110,6 +110,17 @@ def test_a_diverged_seed_is_left_out_of_the_pairing_and_fails_the_unigram_check(
     assert record["checks"]["rnn-O"]["below_unigram"] is False
 
 
+def test_a_run_stopped_by_a_nan_loss_does_not_end_below_the_unigram(tmp_path):
+    folder = tmp_path / "shakespeare"
+    _run(folder, "rnn-GL", 0, 3.0, best_step=200, steps=222, valid=(3.5, 3.1, 3.05))
+    final = json.loads((folder / "rnn-GL-seed0" / "final.json").read_text())
+    (folder / "rnn-GL-seed0" / "final.json").write_text(json.dumps({**final, "stopped": "training loss not finite"}))
+    markdown = claims(tmp_path)
+    check = json.loads((tmp_path / "claims.json").read_text(), parse_constant=float)["shakespeare"]["checks"]["rnn-GL"]
+    assert check["below_unigram"] and not check["ends_below_unigram"]  # its best model is fine; its training was not
+    assert "| rnn-GL | 3.0000 | yes | not finite | NO | 200 (NaN at step 223) |" in markdown
+
+
 def test_claims_need_finished_runs(tmp_path):
     with pytest.raises(ValueError, match="no finished runs"):
         claims(tmp_path)
