@@ -39,8 +39,9 @@ on the shared 2-core machine), seconds per step: LSTM 0.11, GPT 0.14, O 0.43, O 
 T(203) 0.16, BO(280) 0.23 (since the states stay packed), GL 0.71, O Transformer 0.47, O-fix 0.52.
 Each arm trains 3 × STEPS + 4 × TUNE_STEPS = 7,200 steps; all eleven arms take about 20,000
 worker-seconds per dataset with evaluations, about 3 hours on two workers, so both datasets fit in
-about 6 hours; each rate an arm diverges at costs its seed-0 run (and any seeds already run) again. The LSTM's best step must fall inside its run: on Tiny Shakespeare STEPS is about
-7 epochs of its training split; on Penn Treebank characters about 1.5, where it may not.
+about 6 hours; each rate an arm diverges at costs its seed-0 run (and any seeds already run)
+again. The LSTM's best step must fall inside its run: on Tiny Shakespeare STEPS is about 7 epochs
+of its training split; on Penn Treebank characters about 1.5, where it may not.
 """
 
 from __future__ import annotations
