@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 from experiments import recall_report  # noqa: E402
 from experiments.stats import format_interval  # noqa: E402
 from experiments.sweep_run import arm_of  # noqa: E402
+from experiments.tuning import DIVERGED  # noqa: E402
 
 
 def finished_runs(directory):
@@ -141,6 +142,38 @@ DYNAMICS_PANELS = (  # (title, keys, log scale)
     ("bits per token", ("train_bits", "valid_bits"), False))
 
 
+def seed_mean(runs, key):
+    """``(steps, values)``: ``key`` averaged over the runs that recorded it at each step."""
+    steps = sorted({m["step"] for r in runs for m in r["metrics"] if key in m})
+    return steps, [float(np.mean([m[key] for r in runs for m in r["metrics"] if m["step"] == s and key in m]))
+                   for s in steps]
+
+
+def plot_stability(arms, parked, path):
+    """Per arm with runs parked by the stability check (``experiments.tuning.settle_rates``), its
+    validation curve at the rate it uses and at each rate it diverged at, mean over seeds.
+
+    ``parked``: ``{rate label: {arm: [run]}}`` read from ``diverged/<rate label>/``."""
+    shown = [arm for arm in arms if any(arm in by_arm for by_arm in parked.values())]
+    figure, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6), squeeze=False)
+    for axis, arm in zip(axes.flat, shown):
+        rate = sorted({r["config"]["train"]["lr"] for r in arms[arm]})
+        axis.plot(*seed_mean(arms[arm], "valid_bits"), marker=".", label=f"lr {', '.join(f'{x:g}' for x in rate)} (used)")
+        for label, by_arm in sorted(parked.items()):
+            if arm in by_arm:
+                axis.plot(*seed_mean(by_arm[arm], "valid_bits"), marker=".", linestyle="--",
+                          label=f"{label.removeprefix('lr')} (diverged; {len(by_arm[arm])} runs)")
+        axis.set_title(arm, fontsize=9)
+        axis.set_xlabel("step", fontsize=8)
+        axis.set_ylabel("validation bits per token", fontsize=8)
+        axis.legend(fontsize=7)
+    figure.suptitle("the stability check: the rate used and the rates parked under diverged/ (mean over seeds)",
+                    fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
 def plot_dynamics(arm, runs, path):
     """One figure of an arm's training dynamics (``experiments.diagnostics``), mean over its seeds."""
     figure, axes = plt.subplots(2, 3, figsize=(13, 6.5))
@@ -148,9 +181,7 @@ def plot_dynamics(arm, runs, path):
         present = {k for r in runs for m in r["metrics"] for k in m}
         keys = sorted(k for k in present if k.startswith(keys)) if isinstance(keys, str) else keys
         for key in keys:
-            steps = sorted({m["step"] for r in runs for m in r["metrics"] if key in m})
-            values = [np.mean([m[key] for r in runs for m in r["metrics"] if m["step"] == s and key in m])
-                      for s in steps]
+            steps, values = seed_mean(runs, key)
             if steps:
                 axis.plot(steps, values, marker=".", label=key.removeprefix("dyn_").removeprefix("grad_norm_"))
         axis.set_title(title, fontsize=9)
@@ -169,10 +200,10 @@ def plot(arms, key, ylabel, path, log=False):
     figure, axis = plt.subplots(figsize=(7, 4))
     colors = plt.get_cmap("tab20").colors  # 20 distinct colors: a study has more than ten arms
     for index, (arm, runs) in enumerate(arms.items()):
-        steps = sorted({m["step"] for r in runs for m in r["metrics"]})
+        steps, values = seed_mean(runs, key)
         if not steps:
             continue
-        values = np.array([np.mean([m[key] for r in runs for m in r["metrics"] if m["step"] == s]) for s in steps])
+        values = np.array(values)
         shown = values > 0 if log else np.ones(len(values), dtype=bool)  # a log axis cannot show 0
         if shown.any():
             axis.plot(np.array(steps)[shown], values[shown], marker=".", label=arm, color=colors[index % len(colors)],
@@ -211,6 +242,10 @@ def lm_report(directory):
     for arm, runs in arms.items():
         if any(key.startswith("dyn_") for r in runs for m in r["metrics"] for key in m):
             plot_dynamics(arm, runs, directory / f"report_dynamics_{arm}.png")
+    parked = {folder.name: load_runs(folder) for folder in sorted((directory / DIVERGED).glob("lr*"))
+              if any(folder.glob("*/final.json"))}
+    if parked:
+        plot_stability(arms, parked, directory / "report_stability.png")
     return markdown
 
 

@@ -381,3 +381,4 @@ def test_a_sweep_with_a_stability_margin_trains_a_diverged_arms_first_run_again_
     markdown = report(out)
     assert f"| {other:g} | diverged at {first_choice[0]:g}; stable at {other:g} |" in markdown
     assert "| rnn-O | 1 |" in markdown  # the parked run is not one of the arm's runs
+    assert (out / "report_stability.png").stat().st_size > 0  # both rates' curves
