@@ -25,7 +25,8 @@ worst seed against it; each run's last validation bits (where its training ended
 checkpoint) against the same level on the validation split, with how far it rose above its best;
 and each arm's best steps, flagged where a best step is the run's last evaluation. Where the study
 has runs trained longer (``convergence/<arm>-steps<N>-seed<s>``), a table sets them beside the
-study's run: how much more training still moves the test bits (``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test too.
+study's run: how much more training still moves the test bits (``longer_training``). For scale,
+count models of order 2–5 (``ngram_levels``) are scored on test too.
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def longer_training(folder):
         study = Path(folder) / f"{match['arm']}-seed{match['seed']}" / "final.json" if match else None
         if study is None or not study.exists():
             continue
-        found.setdefault((match["arm"], int(match["seed"])), {study, final}).add(final)
+        found.setdefault((match["arm"], int(match["seed"])), {study}).add(final)
     rows = {}
     for key, finals in found.items():
         records = [json.loads(path.read_text()) for path in finals]
