@@ -143,10 +143,32 @@ DYNAMICS_PANELS = (  # (title, keys, log scale)
 
 
 def seed_mean(runs, key):
-    """``(steps, values)``: ``key`` averaged over the runs that recorded it at each step."""
-    steps = sorted({m["step"] for r in runs for m in r["metrics"] if key in m})
-    return steps, [float(np.mean([m[key] for r in runs for m in r["metrics"] if m["step"] == s and key in m]))
-                   for s in steps]
+    """``(steps, values)``: ``key`` averaged over the runs, at the steps every run recorded it (a run
+    that a NaN stopped early ends the mean where it ends)."""
+    recorded = [{m["step"]: m[key] for m in r["metrics"] if key in m} for r in runs]
+    steps = sorted(set.intersection(*(set(r) for r in recorded))) if recorded else []
+    return steps, [float(np.mean([r[s] for r in recorded])) for s in steps]
+
+
+def plot_seeds(axis, runs, key, log=False, **style):
+    """Draw ``key``'s mean over the runs (``seed_mean``) and, thinner, each run's own curve past the
+    mean's last step (a run that trained on after another stopped). ``log``: leave out values ≤ 0,
+    which a log axis cannot show. ``style``: ``Axes.plot`` keywords."""
+    def shown(points):
+        return [(s, v) for s, v in points if v > 0 or not log]
+
+    steps, values = seed_mean(runs, key)
+    mean = shown(zip(steps, values))
+    end = steps[-1] if steps else -np.inf
+    tails = [shown((m["step"], m[key]) for m in r["metrics"] if key in m and m["step"] >= end) for r in runs]
+    tails = [tail for tail in tails if len(tail) > 1 or (tail and not mean)]
+    if mean:
+        style["color"] = axis.plot(*zip(*mean), marker=".", **style)[0].get_color()
+        style.pop("label", None)
+    for tail in tails:
+        style["color"] = axis.plot(*zip(*tail), marker=".", markersize=2, linewidth=0.7, alpha=0.6,
+                                   **style)[0].get_color()
+        style.pop("label", None)
 
 
 def plot_stability(arms, parked, path):
@@ -158,11 +180,11 @@ def plot_stability(arms, parked, path):
     figure, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6), squeeze=False)
     for axis, arm in zip(axes.flat, shown):
         rate = sorted({r["config"]["train"]["lr"] for r in arms[arm]})
-        axis.plot(*seed_mean(arms[arm], "valid_bits"), marker=".", label=f"lr {', '.join(f'{x:g}' for x in rate)} (used)")
+        plot_seeds(axis, arms[arm], "valid_bits", label=f"lr {', '.join(f'{x:g}' for x in rate)} (used)")
         for label, by_arm in sorted(parked.items()):
             if arm in by_arm:
-                axis.plot(*seed_mean(by_arm[arm], "valid_bits"), marker=".", linestyle="--",
-                          label=f"{label.removeprefix('lr')} (diverged; {len(by_arm[arm])} runs)")
+                plot_seeds(axis, by_arm[arm], "valid_bits", linestyle="--",
+                           label=f"{label.removeprefix('lr')} (diverged; {len(by_arm[arm])} runs)")
         axis.set_title(arm, fontsize=9)
         axis.set_xlabel("step", fontsize=8)
         axis.set_ylabel("validation bits per token", fontsize=8)
@@ -181,9 +203,7 @@ def plot_dynamics(arm, runs, path):
         present = {k for r in runs for m in r["metrics"] for k in m}
         keys = sorted(k for k in present if k.startswith(keys)) if isinstance(keys, str) else keys
         for key in keys:
-            steps, values = seed_mean(runs, key)
-            if steps:
-                axis.plot(steps, values, marker=".", label=key.removeprefix("dyn_").removeprefix("grad_norm_"))
+            plot_seeds(axis, runs, key, label=key.removeprefix("dyn_").removeprefix("grad_norm_"))
         axis.set_title(title, fontsize=9)
         axis.set_xlabel("step", fontsize=8)
         if log and axis.lines:
@@ -200,14 +220,8 @@ def plot(arms, key, ylabel, path, log=False):
     figure, axis = plt.subplots(figsize=(7, 4))
     colors = plt.get_cmap("tab20").colors  # 20 distinct colors: a study has more than ten arms
     for index, (arm, runs) in enumerate(arms.items()):
-        steps, values = seed_mean(runs, key)
-        if not steps:
-            continue
-        values = np.array(values)
-        shown = values > 0 if log else np.ones(len(values), dtype=bool)  # a log axis cannot show 0
-        if shown.any():
-            axis.plot(np.array(steps)[shown], values[shown], marker=".", label=arm, color=colors[index % len(colors)],
-                      linestyle="-" if index < len(colors) else "--")
+        plot_seeds(axis, runs, key, log=log, label=arm, color=colors[index % len(colors)],
+                   linestyle="-" if index < len(colors) else "--")
     axis.set_xlabel("step")
     axis.set_ylabel(ylabel)
     if log and axis.lines:

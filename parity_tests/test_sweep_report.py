@@ -382,3 +382,29 @@ def test_a_sweep_with_a_stability_margin_trains_a_diverged_arms_first_run_again_
     assert f"| {other:g} | diverged at {first_choice[0]:g}; stable at {other:g} |" in markdown
     assert "| rnn-O | 1 |" in markdown  # the parked run is not one of the arm's runs
     assert (out / "report_stability.png").stat().st_size > 0  # both rates' curves
+
+
+from experiments.report import plot_seeds, seed_mean
+
+
+def test_the_seed_mean_ends_where_the_shortest_run_ends_and_the_longer_runs_are_drawn_on_alone():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def run(values):
+        return {"metrics": [{"step": 100 * (i + 1), "valid_bits": v} for i, v in enumerate(values)]}
+
+    stopped, full = run([4.0, 3.0]), run([3.0, 2.0, 1.5, 1.0])
+    assert seed_mean([stopped, full], "valid_bits") == ([100, 200], [3.5, 2.5])
+    assert seed_mean([], "valid_bits") == ([], [])
+    figure, axis = plt.subplots()
+    plot_seeds(axis, [stopped, full], "valid_bits", label="arm")
+    (mean, tail) = axis.lines
+    assert list(mean.get_xdata()) == [100, 200] and list(mean.get_ydata()) == [3.5, 2.5]
+    assert list(tail.get_xdata()) == [200, 300, 400] and list(tail.get_ydata()) == [2.0, 1.5, 1.0]
+    assert tail.get_color() == mean.get_color() and mean.get_label() == "arm" and tail.get_label().startswith("_")
+    figure, axis = plt.subplots()
+    plot_seeds(axis, [run([1.0, 0.0, 2.0])], "valid_bits", log=True)
+    assert list(axis.lines[0].get_ydata()) == [1.0, 2.0]
+    plt.close("all")
