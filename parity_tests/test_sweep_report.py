@@ -215,6 +215,8 @@ def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, f
         config = build_config(run.model, run.task, run.options)
         assert config.model.vocab_size == vocab_size
         assert abs(parameter_count(config.model) - charlm_v2.BUDGET) <= TOLERANCE * charlm_v2.BUDGET, run.name
+        if run.model == "group_rnn":
+            assert config.model.embedding_dim >= charlm_v2.MIN_EMBEDDING, run.name
     monkeypatch.setattr(charlm_v2, "O_FIX", {"reproject_every": 16})  # the hook of issue 13 item 2
     fixed = charlm_v2.templates(vocab_size)
     assert fixed["rnn-O-fix"][1].reproject_every == 16 and fixed["rnn-O-fix"][1].group == "O"
@@ -408,3 +410,17 @@ def test_the_seed_mean_ends_where_the_shortest_run_ends_and_the_longer_runs_are_
     plot_seeds(axis, [run([1.0, 0.0, 2.0])], "valid_bits", log=True)
     assert list(axis.lines[0].get_ydata()) == [1.0, 2.0]
     plt.close("all")
+
+
+def test_a_v2_group_rnn_the_sizer_leaves_a_narrow_embedding_takes_the_next_smaller_n():
+    from experiments.params_budget import TOLERANCE, parameter_count
+    from experiments.sweeps import charlm, charlm_v2
+
+    first = charlm.arms(50, charlm_v2.BUDGET, study=charlm_v2.templates, free=charlm_v2.FREE)["rnn-U"][1]
+    assert (first.n, first.embedding_dim) == (17, 9)  # the sizer's closer n on Penn Treebank characters
+    model, config = charlm_v2.arms(50)["rnn-U"]
+    assert model == "group_rnn" and config.n == 16 and config.embedding_dim >= charlm_v2.MIN_EMBEDDING
+    assert abs(parameter_count(config) - charlm_v2.BUDGET) <= TOLERANCE * charlm_v2.BUDGET
+    unchanged = charlm.arms(50, charlm_v2.BUDGET, study=charlm_v2.templates, free=charlm_v2.FREE)
+    assert {arm: sized for arm, sized in charlm_v2.arms(50).items() if arm != "rnn-U"} == \
+        {arm: sized for arm, sized in unchanged.items() if arm != "rnn-U"}

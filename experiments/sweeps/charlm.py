@@ -57,8 +57,14 @@ def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS, study=t
     recipe); ``study``: a function ``(vocab_size, length) -> {arm: (model name, config template)}``;
     ``free``: as in ``arms``."""
     training = TRAINING if training is None else training
+    return runs_of(arms(vocab_size, budget, training["length"], study, free), dataset, training, seeds)
+
+
+def runs_of(sized, dataset, training, seeds):
+    """SweepRuns ``<arm>-seed<seed>`` of sized arms (``{arm: (model name, config)}``, as ``arms``
+    returns them) on ``dataset`` with the ``training`` options."""
     result = []
-    for name, (model, config) in arms(vocab_size, budget, training["length"], study, free).items():
+    for name, (model, config) in sized.items():
         fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "vocab_size" and v is not None}
         for seed in seeds:
             result.append(SweepRun(f"{name}-seed{seed}", model, "lm",

@@ -8,8 +8,14 @@ Transformer; ``rnn-O-fix``, the O RNN with the fix of issue 13 item 2 (``O_FIX``
 learning rates of its maps, ``map_lr="n_aware"``, see ``reference.config.map_lr_scales``); and a second
 O shape with the fix, ``rnn-O16-fix``: n = 16 with the embedding sized to the budget (at 200k the
 default sizing gives O(23) with embedding 97, where the state map U holds 67% of the parameters; at
-n = 16 it holds 15% and the embedding is 823 wide). Every
-arm but ``rnn-O`` trains with the default ``n_aware``, so the mixing ablation reads
+n = 16 it holds 15% and the embedding is 823 wide). A group RNN's embedding is kept at least
+``MIN_EMBEDDING`` wide (``arms``): where the sizer's closer n leaves less, the arm takes the next
+smaller n and the embedding takes the rest of the budget. Only U on Penn Treebank characters is
+affected: the sizer gives it U(17) with a 9-wide embedding, which learns nothing (validation 4.21
+bits at its best search rate, then its gradient norm grows 6 → 1,360 by step 800), while U(16)
+with a 140-wide embedding reaches 2.65 bits at step 900 at the same rate; U(16) with a 9-wide
+embedding fails as U(17) does, so the width, not n, decides (README, "the character-level study
+v2"). Every arm but ``rnn-O`` trains with the default ``n_aware``, so the mixing ablation reads
 ``rnn-O-mix-scalar`` against ``rnn-O-fix``. A further arm (another shape of the O RNN, say) is one
 more entry in ``templates``.
 
@@ -48,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from experiments.params_budget import size_to_budget
 from experiments.sweep_run import Tuning, arm_of
 from experiments.sweeps import charlm
 from reference.config import GroupRNNConfig
@@ -67,6 +74,7 @@ PLAIN = {"map_lr": "plain"}  # run options of the plain O arm rnn-O: the paper's
 SECOND_SHAPE_N = 16  # the second O shape (issue 13 item 5): n fixed, the embedding takes the budget
 SECOND_SHAPE = f"rnn-O{SECOND_SHAPE_N}-fix"
 FREE = {SECOND_SHAPE: "embedding_dim"}
+MIN_EMBEDDING = 32  # the sizer's default width (params_budget); U(17) on PTB, 9 wide, does not learn
 O_FIX = {"map_lr": "n_aware"}  # options of the O RNN's fix (issue 13 item 2), GroupRNNConfig fields or
 # run options; non-empty: adds the arm rnn-O-fix
 
@@ -89,10 +97,22 @@ def templates(vocab_size, length=None):
     return chosen
 
 
+def arms(vocab_size, budget=BUDGET, length=None):
+    """``{arm: (model name, config sized to ``budget``)}``: ``templates`` sized by ``charlm.arms``,
+    then each group RNN whose embedding came out narrower than ``MIN_EMBEDDING`` sized again at
+    the next smaller n (``block`` smaller for BO) along its embedding alone."""
+    sized = charlm.arms(vocab_size, budget, length, templates, FREE)
+    for arm, (model, config) in sized.items():
+        if model == "group_rnn" and config.embedding_dim < MIN_EMBEDDING:
+            smaller = dataclasses.replace(config, n=config.n - (config.block or 1))
+            sized[arm] = (model, size_to_budget(smaller, budget, free="embedding_dim"))
+    return sized
+
+
 def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS):
     """Every (arm, seed) of the v2 study on ``dataset`` (its learning rates still to be tuned); ``rnn-O``
     takes ``PLAIN``'s options and ``rnn-O-fix`` the run options of ``O_FIX``."""
     extra = {"rnn-O": PLAIN, "rnn-O-fix": _split_fix()[1], SECOND_SHAPE: _split_fix()[1]}
-    every = charlm.runs(dataset, vocab_size, budget, TRAINING if training is None else training, seeds, templates,
-                        FREE)
+    training = TRAINING if training is None else training
+    every = charlm.runs_of(arms(vocab_size, budget, training["length"]), dataset, training, seeds)
     return [dataclasses.replace(run, options={**run.options, **extra.get(arm_of(run.name), {})}) for run in every]
