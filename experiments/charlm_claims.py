@@ -24,9 +24,10 @@ the training split's character frequencies (add-one smoothed) on the test split,
 worst seed against it; each run's last validation bits (where its training ended, not its best
 checkpoint) against the same level on the validation split, with how far it rose above its best;
 and each arm's best steps, flagged where a best step is the run's last evaluation. Where the study
-has runs trained longer (``convergence/<arm>-steps<N>-seed<s>``), a table sets them beside the
-study's run: how much more training still moves the test bits (``longer_training``). For scale,
-count models of order 2–5 (``ngram_levels``) are scored on test too.
+has runs trained longer (``convergence/<arm>[-lr<rate>]-steps<N>-seed<s>``), a table sets them beside
+the study's run: how much more training, at the study's rate or another, still moves the test bits
+(``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test
+too.
 """
 
 from __future__ import annotations
@@ -214,38 +215,48 @@ def dataset_markdown(title, unigram, valid_unigram, levels, rows, arm_checks, ar
     return "\n".join(lines) + "\n"
 
 
-LONGER = re.compile(r"^(?P<arm>.+)-steps(?P<steps>\d+)-seed(?P<seed>\d+)$")
+LONGER = re.compile(r"^(?P<arm>.+?)(?:-lr[0-9.e+-]+?)?-steps(?P<steps>\d+)-seed(?P<seed>\d+)$")
 
 
 def longer_training(folder):
-    """The convergence check: runs under ``folder/convergence/`` named ``<arm>-steps<N>-seed<s>`` (the
-    study's run ``<arm>-seed<s>`` trained N steps), beside that study run. Returns ``{(arm, seed): [{"steps",
-    "best_step", "valid_bits", "test_bits"}, ...]}`` by increasing steps, only where the study run finished."""
+    """The convergence check: runs under ``folder/convergence/`` named ``<arm>-steps<N>-seed<s>`` or
+    ``<arm>-lr<rate>-steps<N>-seed<s>`` (the study's run ``<arm>-seed<s>`` trained N steps, at the study's
+    rate or another), beside that study run. Returns ``{(arm, seed): [{"lr", "steps", "best_step",
+    "valid_bits", "test_bits"}, ...]}``: the runs at the study run's rate by increasing steps, then those at
+    other rates by rate and steps; only where the study run finished. The rate is read from each run's
+    ``config.json``."""
     found = {}
     for final in sorted(Path(folder).glob("convergence/*/final.json")):
         match = LONGER.match(final.parent.name)
         study = Path(folder) / f"{match['arm']}-seed{match['seed']}" / "final.json" if match else None
         if study is None or not study.exists():
             continue
-        found.setdefault((match["arm"], int(match["seed"])), {study}).add(final)
+        found.setdefault((match["arm"], int(match["seed"])), [study]).append(final)
     rows = {}
     for key, finals in found.items():
-        records = [json.loads(path.read_text()) for path in finals]
-        rows[key] = sorted(({"steps": r["steps"], "best_step": r.get("best_step"), "valid_bits": r["valid_bits"],
-                             "test_bits": r["test_bits_per_token"]} for r in records), key=lambda r: r["steps"])
+        records = [{"lr": json.loads(path.with_name("config.json").read_text())["train"]["lr"],
+                    **json.loads(path.read_text())} for path in finals]
+        study_lr = records[0]["lr"]
+        rows[key] = sorted(({"lr": r["lr"], "steps": r["steps"], "best_step": r.get("best_step"),
+                             "valid_bits": r["valid_bits"], "test_bits": r["test_bits_per_token"]} for r in records),
+                           key=lambda r: (r["lr"] != study_lr, r["lr"], r["steps"]))
     return rows
 
 
 def longer_markdown(rows):
-    """The convergence check as a table, with the change in test bits from the row above."""
-    lines = ["", "Longer training (the study's run at its rate, trained for more steps; `convergence/`):", "",
-             "| arm | seed | steps | best step | validation bits | test bits | Δ test from the row above |",
-             "|---|---|---|---|---|---|---|"]
+    """The convergence check as a table, with the change in test bits from the run above at the same rate
+    (for the first run at another rate, from the study's run)."""
+    lines = ["", "Longer training (the study's run, trained for more steps at its rate or another; `convergence/`):",
+             "", "| arm | seed | rate | steps | best step | validation bits | test bits | Δ test from the run above at "
+                 "the same rate (or the study's run) |", "|---|---|---|---|---|---|---|---|"]
     for (arm, seed), runs in rows.items():
-        for previous, run in zip([None, *runs], runs):
-            change = "" if previous is None else f"{run['test_bits'] - previous['test_bits']:+.4f}"
-            lines.append(f"| {arm} | {seed} | {run['steps']:,} | {run['best_step']:,} | {run['valid_bits']:.4f} | "
-                         f"{run['test_bits']:.4f} | {change} |")
+        previous = {}
+        for index, run in enumerate(runs):
+            before = previous.get(run["lr"], runs[0] if index else None)
+            change = "" if before is None else f"{run['test_bits'] - before['test_bits']:+.4f}"
+            lines.append(f"| {arm} | {seed} | {run['lr']:g} | {run['steps']:,} | {run['best_step']:,} | "
+                         f"{run['valid_bits']:.4f} | {run['test_bits']:.4f} | {change} |")
+            previous[run["lr"]] = run
     return "\n".join(lines) + "\n"
 
 

@@ -46,13 +46,13 @@ def test_the_ngram_level_equals_counting_by_hand(order):
         ngram_bits(train, test, 4, 0, 1.0)
 
 
-def _run(root, arm, seed, windowed, carried=None, best_step=400, steps=400, valid=()):
+def _run(root, arm, seed, windowed, carried=None, best_step=400, steps=400, valid=(), lr=1e-3):
     run = root / f"{arm}-seed{seed}"
     run.mkdir(parents=True)
     run.joinpath("metrics.jsonl").write_text("".join(json.dumps({"step": 100 * (i + 1), "valid_bits": v}) + "\n"
                                                      for i, v in enumerate(valid)))
     run.joinpath("config.json").write_text(json.dumps(
-        {"train": {"model": arm, "task": "lm", "seed": seed, "lr": 1e-3},
+        {"train": {"model": arm, "task": "lm", "seed": seed, "lr": lr},
          "task": {"dataset": "tinyshakespeare"}, "model": {"vocab_size": 65}}))
     final = {"steps": steps, "best_step": best_step, "test_bits_per_token": windowed, "valid_bits": windowed - 0.05,
              "parameters": 10,
@@ -131,12 +131,16 @@ def test_longer_training_sits_beside_the_study_run_with_the_change_in_test_bits(
     _run(folder, "lstm", 0, 2.30, best_step=400, steps=400)
     _run(folder / "convergence", "lstm-steps800", 0, 2.25, best_step=700, steps=800)
     _run(folder / "convergence", "lstm-steps1600", 0, 2.26, best_step=1600, steps=1600)
+    _run(folder / "convergence", "lstm-lr0.0003-steps1600", 0, 2.20, best_step=1600, steps=1600, lr=3e-4)
     _run(folder / "convergence", "gpt-steps800", 0, 2.0, steps=800)  # no study run gpt-seed0: left out
     markdown = claims(tmp_path)
     record = json.loads((tmp_path / "claims.json").read_text())["shakespeare"]["longer_training"]
-    assert list(record) == ["lstm-seed0"] and [r["steps"] for r in record["lstm-seed0"]] == [400, 800, 1600]
-    assert record["lstm-seed0"][1] == {"steps": 800, "best_step": 700, "valid_bits": pytest.approx(2.20),
+    assert list(record) == ["lstm-seed0"]
+    assert [(r["lr"], r["steps"]) for r in record["lstm-seed0"]] == [(1e-3, 400), (1e-3, 800), (1e-3, 1600),
+                                                                     (3e-4, 1600)]
+    assert record["lstm-seed0"][1] == {"lr": 1e-3, "steps": 800, "best_step": 700, "valid_bits": pytest.approx(2.20),
                                        "test_bits": 2.25}
-    assert "| lstm | 0 | 400 | 400 | 2.2500 | 2.3000 |  |" in markdown
-    assert "| lstm | 0 | 800 | 700 | 2.2000 | 2.2500 | -0.0500 |" in markdown
-    assert "| lstm | 0 | 1,600 | 1,600 | 2.2100 | 2.2600 | +0.0100 |" in markdown
+    assert "| lstm | 0 | 0.001 | 400 | 400 | 2.2500 | 2.3000 |  |" in markdown
+    assert "| lstm | 0 | 0.001 | 800 | 700 | 2.2000 | 2.2500 | -0.0500 |" in markdown
+    assert "| lstm | 0 | 0.001 | 1,600 | 1,600 | 2.2100 | 2.2600 | +0.0100 |" in markdown
+    assert "| lstm | 0 | 0.0003 | 1,600 | 1,600 | 2.1500 | 2.2000 | -0.1000 |" in markdown  # against the study run
