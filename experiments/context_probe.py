@@ -70,6 +70,16 @@ PROBE_BATCH = 1024
 PROBE_LR = 1e-3
 
 
+def load_best(directory):
+    """``(RunConfig, model)``: the best-validation model of the finished run in ``directory``
+    (``best.pt``), on the CPU, in eval mode."""
+    directory = Path(directory)
+    config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
+    model = build_model(config.model)
+    model.load_state_dict(load_checkpoint_file(directory / "best.pt", "cpu")["model"])
+    return config, model.eval()
+
+
 @torch.no_grad()
 def readout_inputs(model, tokens):
     """One forward pass: ``([B, T, D]`` z_t, the vector each position's logits are an affine function
@@ -156,11 +166,7 @@ def probe_run(directory, lags=LAGS, windows=WINDOWS, length=LENGTH, burn_in=BURN
     (context probe), "majority": the most frequent character's share on the probed positions,
     "bits": {"model", "linear", "mlp"} (validation bits per character of the readouts), "by_position":
     [length] the model's own validation bits at each position of a window (the state restarts at 0)}``."""
-    directory = Path(directory)
-    config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
-    model = build_model(config.model)
-    model.load_state_dict(load_checkpoint_file(directory / "best.pt", "cpu")["model"])
-    model.eval()
+    config, model = load_best(directory)
     dataset, vocab = load_dataset(config.task.dataset), config.model.vocab_size
     features, tokens, following, own_bits = _windows(model, dataset.streams["valid"], windows, length, seed, burn_in)
     flat = features.reshape(-1, features.shape[-1])

@@ -1,0 +1,126 @@
+"""How a trained group RNN's state is conditioned along a validation stream: why GL's carried-state
+evaluation fails while its windowed one does not.
+
+``python -m experiments.state_spectrum DIR [DIR ...] --out OUT [--length 1024]`` takes finished
+group-RNN runs (with ``best.pt``) and feeds each best-validation model ``STREAMS`` random validation
+pieces of ``--length`` characters, the state starting at the model's H_0. At each position t it
+takes the singular values σ_1 ≥ … ≥ σ_n of the state H_t (n × n, unpacked for T and BO; float32 as
+trained, the SVD in float64) and records, over the pieces, the median of
+
+- ‖H_t‖_F / √n, which is 1 on a compact group (every σ_i = 1);
+- σ_max and σ_min;
+- σ_min / σ_max, the state's inverse condition number: 1 on a compact group; below float32's
+  resolution (about 1e-7) the state has numerically lost rank, and GL's membership test
+  (``GeneralLinear``: σ_min ≤ atol · max(1, σ_max)) refuses it, which ends a carried evaluation with
+  NaN (``experiments.tasks.lm.carried_bits``).
+
+Writes ``OUT/state_spectrum.json`` (per run: its arm, test bits and the four curves) and
+``OUT/state_spectrum.png`` (σ_min / σ_max and ‖H_t‖_F / √n against t, log scales).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from experiments.context_probe import load_best  # noqa: E402
+from experiments.datasets import load_dataset  # noqa: E402
+from experiments.sweep_run import arm_of  # noqa: E402
+from manifold_impl.group_rnn import GroupRNN  # noqa: E402
+
+STREAMS = 16
+LENGTH = 1024
+SEED = 0
+
+
+@torch.no_grad()
+def spectrum(model, tokens):
+    """The medians over the batch of ``tokens`` ([B, T] ids) at each position t of the state's
+    singular-value summary: ``{"frobenius", "sigma_max", "sigma_min", "inverse_condition"}``, each [T]."""
+    if not isinstance(model, GroupRNN):
+        raise TypeError(f"the state spectrum reads group RNNs, not {type(model).__name__}")
+    _, cache = model(tokens)
+    states = model.group.unpack(cache.packed_states)  # [B, T, n, n]
+    sigma = torch.linalg.svdvals(states.to(torch.complex128 if states.is_complex() else torch.float64))  # descending
+    n = sigma.shape[-1]
+    curves = {"frobenius": sigma.square().sum(-1).sqrt() / math.sqrt(n), "sigma_max": sigma[..., 0],
+              "sigma_min": sigma[..., -1], "inverse_condition": sigma[..., -1] / sigma[..., 0]}
+    return {key: value.median(0).values.tolist() for key, value in curves.items()}
+
+
+def spectrum_run(directory, length=LENGTH, streams=STREAMS, seed=SEED):
+    """``spectrum`` of the best-validation model of the run in ``directory`` on ``streams`` random
+    validation pieces of ``length`` characters."""
+    config, model = load_best(directory)
+    stream = load_dataset(config.task.dataset).streams["valid"]
+    if len(stream) <= length:
+        raise ValueError(f"the validation split ({len(stream)} tokens) is not longer than --length {length}")
+    starts = np.random.default_rng(seed).integers(0, len(stream) - length, size=streams)
+    return spectrum(model, torch.from_numpy(np.stack([stream[s:s + length] for s in starts])))
+
+
+def measure(directories, out, length=LENGTH, streams=STREAMS):
+    """Measure every run of ``directories``; write ``out/state_spectrum.json`` and ``.png``; returns the record."""
+    out, directories = Path(out), [Path(d) for d in directories]
+    unfinished = [str(d) for d in directories if not ((d / "final.json").exists() and (d / "best.pt").exists())]
+    if unfinished:
+        raise ValueError(f"the state spectrum reads finished runs with their best.pt; these are not: {unfinished}")
+    out.mkdir(parents=True, exist_ok=True)
+    runs = {}
+    for directory in directories:
+        final = json.loads((directory / "final.json").read_text())
+        runs[directory.name] = {"arm": arm_of(directory.name), "test_bits": final["test_bits_per_token"],
+                                "test_carried_bits": final.get("test_carried_bits_per_token"),
+                                **spectrum_run(directory, length, streams)}
+    record = {"length": length, "streams": streams, "seed": SEED, "runs": runs}
+    (out / "state_spectrum.json").write_text(json.dumps(record, indent=1))
+    plot(record, out / "state_spectrum.png")
+    return record
+
+
+def plot(record, path):
+    """σ_min / σ_max and ‖H_t‖_F / √n against the position t, one line per run."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for name, run in record["runs"].items():
+        steps = np.arange(1, len(run["inverse_condition"]) + 1)
+        left.plot(steps, run["inverse_condition"], label=name)
+        right.plot(steps, run["frobenius"], label=name)
+    left.axhline(np.finfo(np.float32).eps, color="gray", linestyle=":", label="float32 resolution")
+    for axis, label in ((left, "σ_min / σ_max of H_t (median over pieces)"),
+                        (right, "‖H_t‖_F / √n (median over pieces)")):
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlabel("position t in the piece (the state starts at H_0)")
+        axis.set_ylabel(label)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.state_spectrum", description=__doc__.splitlines()[0])
+    parser.add_argument("directories", nargs="+", type=Path, help="finished group-RNN runs (with best.pt)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--length", type=int, default=LENGTH)
+    parser.add_argument("--streams", type=int, default=STREAMS)
+    args = parser.parse_args(argv)
+    record = measure(args.directories, args.out, args.length, args.streams)
+    for name, run in record["runs"].items():
+        marks = [t for t in (1, 16, 128, args.length) if t <= args.length]
+        print(name, " ".join(f"t={t}: σmin/σmax {run['inverse_condition'][t - 1]:.3g}, ‖H‖/√n {run['frobenius'][t - 1]:.3g};"
+                             for t in marks))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
