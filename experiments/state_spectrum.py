@@ -12,10 +12,12 @@ trained, the SVD in float64) and records, over the pieces, the median of
 - σ_min / σ_max, the state's inverse condition number: 1 on a compact group; below float32's
   resolution (about 1e-7) the state has numerically lost rank, and GL's membership test
   (``GeneralLinear``: σ_min ≤ atol · max(1, σ_max)) refuses it, which ends a carried evaluation with
-  NaN (``experiments.tasks.lm.carried_bits``).
+  NaN (``experiments.tasks.lm.carried_bits``);
+- the numerical rank, the number of σ_i above ``RANK_TOLERANCE`` · σ_max: how many directions of
+  H_t are far above float32's round-off (n on a compact group).
 
 Writes ``OUT/state_spectrum.json`` (per run: its arm, test bits and the four curves) and
-``OUT/state_spectrum.png`` (σ_min / σ_max and ‖H_t‖_F / √n against t, log scales).
+``OUT/state_spectrum.png`` (σ_min / σ_max, the rank and ‖H_t‖_F / √n against t).
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ from manifold_impl.group_rnn import GroupRNN  # noqa: E402
 STREAMS = 16
 LENGTH = 1024
 SEED = 0
+RANK_TOLERANCE = 1e-4  # float32 round-off of a product of n × n matrices sits near 1e-7 · σ_max
 
 
 @torch.no_grad()
 def spectrum(model, tokens):
     """The medians over the batch of ``tokens`` ([B, T] ids) at each position t of the state's
-    singular-value summary: ``{"frobenius", "sigma_max", "sigma_min", "inverse_condition"}``, each [T]."""
+    singular-value summary: ``{"frobenius", "sigma_max", "sigma_min", "inverse_condition", "rank"}``, each [T]."""
     if not isinstance(model, GroupRNN):
         raise TypeError(f"the state spectrum reads group RNNs, not {type(model).__name__}")
     _, cache = model(tokens)
@@ -53,7 +56,8 @@ def spectrum(model, tokens):
     sigma = torch.linalg.svdvals(states.to(torch.complex128 if states.is_complex() else torch.float64))  # descending
     n = sigma.shape[-1]
     curves = {"frobenius": sigma.square().sum(-1).sqrt() / math.sqrt(n), "sigma_max": sigma[..., 0],
-              "sigma_min": sigma[..., -1], "inverse_condition": sigma[..., -1] / sigma[..., 0]}
+              "sigma_min": sigma[..., -1], "inverse_condition": sigma[..., -1] / sigma[..., 0],
+              "rank": (sigma > RANK_TOLERANCE * sigma[..., :1]).sum(-1).double()}
     return {key: value.median(0).values.tolist() for key, value in curves.items()}
 
 
@@ -88,17 +92,20 @@ def measure(directories, out, length=LENGTH, streams=STREAMS):
 
 
 def plot(record, path):
-    """σ_min / σ_max and ‖H_t‖_F / √n against the position t, one line per run."""
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    """σ_min / σ_max, the numerical rank and ‖H_t‖_F / √n against the position t, one line per run."""
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 4.2))
     for name, run in record["runs"].items():
         steps = np.arange(1, len(run["inverse_condition"]) + 1)
         left.plot(steps, run["inverse_condition"], label=name)
+        middle.plot(steps, run["rank"], label=name)
         right.plot(steps, run["frobenius"], label=name)
     left.axhline(np.finfo(np.float32).eps, color="gray", linestyle=":", label="float32 resolution")
+    left.set_yscale("log")
+    right.set_yscale("log")
     for axis, label in ((left, "σ_min / σ_max of H_t (median over pieces)"),
+                        (middle, f"numerical rank of H_t (σ_i > {RANK_TOLERANCE:g} σ_max; median)"),
                         (right, "‖H_t‖_F / √n (median over pieces)")):
         axis.set_xscale("log")
-        axis.set_yscale("log")
         axis.set_xlabel("position t in the piece (the state starts at H_0)")
         axis.set_ylabel(label)
         axis.legend(fontsize=7)
@@ -117,8 +124,8 @@ def main(argv=None):
     record = measure(args.directories, args.out, args.length, args.streams)
     for name, run in record["runs"].items():
         marks = [t for t in (1, 16, 128, args.length) if t <= args.length]
-        print(name, " ".join(f"t={t}: σmin/σmax {run['inverse_condition'][t - 1]:.3g}, ‖H‖/√n {run['frobenius'][t - 1]:.3g};"
-                             for t in marks))
+        print(name, " ".join(f"t={t}: σmin/σmax {run['inverse_condition'][t - 1]:.3g}, rank {run['rank'][t - 1]:g}, "
+                             f"‖H‖/√n {run['frobenius'][t - 1]:.3g};" for t in marks))
     return 0
 
 

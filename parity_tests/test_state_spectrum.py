@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from experiments import train
-from experiments.state_spectrum import measure, spectrum
+from experiments.state_spectrum import RANK_TOLERANCE, measure, spectrum
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from parity_tests.harness import to_torch
 from reference.config import GroupRNNConfig
@@ -26,7 +26,8 @@ def test_the_spectrum_of_a_gl_state_equals_numpys_svd_of_the_reference_states():
     sigma = np.linalg.svd(reference.forward(params, tokens)[1].states, compute_uv=False)  # [5, 12, 4]
     got = spectrum(model, torch.from_numpy(tokens))
     expected = {"frobenius": np.sqrt((sigma ** 2).sum(-1) / 4), "sigma_max": sigma[..., 0], "sigma_min": sigma[..., -1],
-                "inverse_condition": sigma[..., -1] / sigma[..., 0]}
+                "inverse_condition": sigma[..., -1] / sigma[..., 0],
+                "rank": (sigma > RANK_TOLERANCE * sigma[..., :1]).sum(-1)}
     for key, values in expected.items():
         np.testing.assert_allclose(got[key], np.median(values, axis=0), rtol=1e-9, err_msg=key)
     assert min(got["inverse_condition"]) < 0.5  # the GL state is not orthogonal: the check can tell
@@ -40,6 +41,7 @@ def test_a_compact_state_has_every_singular_value_one(group, options):
     got = spectrum(model, torch.randint(0, 7, (3, 20), generator=torch.Generator().manual_seed(1)))
     for key in ("frobenius", "sigma_max", "sigma_min", "inverse_condition"):
         np.testing.assert_allclose(got[key], 1.0, atol=1e-12, err_msg=key)
+    np.testing.assert_array_equal(got["rank"], config.n)
 
 
 def test_measure_reads_finished_runs_and_refuses_others(tmp_path):
