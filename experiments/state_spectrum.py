@@ -1,5 +1,5 @@
 """How a trained group RNN's state is conditioned along a validation stream: why GL's carried-state
-evaluation fails while its windowed one does not.
+evaluation fails while its windowed one does not; and how a GL run's training loss turns NaN.
 
 ``python -m experiments.state_spectrum DIR [DIR ...] --out OUT [--length 1024]`` takes finished
 group-RNN runs (with ``best.pt``) and feeds each best-validation model ``STREAMS`` random validation
@@ -16,8 +16,17 @@ trained, the SVD in float64) and records, over the pieces, the median of
 - the numerical rank, the number of σ_i above ``RANK_TOLERANCE`` · σ_max: how many directions of
   H_t are far above float32's round-off (n on a compact group).
 
-Writes ``OUT/state_spectrum.json`` (per run: its arm, test bits and the four curves) and
+Writes ``OUT/state_spectrum.json`` (per run: its arm, test bits and the five curves) and
 ``OUT/state_spectrum.png`` (σ_min / σ_max, the rank and ‖H_t‖_F / √n against t).
+
+``python -m experiments.state_spectrum --blowup DIR [DIR ...] --out OUT`` replays runs that stopped
+on a non-finite training loss (``final.json``'s ``stopped``): a copy of each run resumes from its
+last checkpoint and trains to the failing step exactly as it did (the training is deterministic on
+the CPU). On that step's batch it finds the first sequence and position whose state H_t is not
+finite, and records σ_max of that sequence's states before it, and at the last finite state
+H_{t−1}: ‖d_t‖ (the input drive W e_t + b), ‖c_t‖ (with the state term U features(H_{t−1})) and the
+largest real part of an eigenvalue of A_t = hat(c_t), whose exponential the update multiplies in.
+Writes ``OUT/blowup.json``.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
+import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -37,11 +48,13 @@ import torch  # noqa: E402
 from experiments.context_probe import load_best  # noqa: E402
 from experiments.datasets import load_dataset  # noqa: E402
 from experiments.sweep_run import arm_of  # noqa: E402
+from experiments.train import Run, RunConfig  # noqa: E402
 from manifold_impl.group_rnn import GroupRNN  # noqa: E402
 
 STREAMS = 16
 LENGTH = 1024
 SEED = 0
+TRACE = 8  # states of the failing sequence before the first non-finite one
 RANK_TOLERANCE = 1e-4  # float32 round-off of a product of n × n matrices sits near 1e-7 · σ_max
 
 
@@ -91,6 +104,49 @@ def measure(directories, out, length=LENGTH, streams=STREAMS):
     return record
 
 
+@torch.no_grad()
+def _first_failure(model, tokens):
+    """Where the states of one forward pass over ``tokens`` first turn non-finite, and how."""
+    _, cache = model(tokens)
+    states = model.group.unpack(cache.packed_states)  # [B, T, n, n]
+    broken = ~torch.isfinite(states.flatten(2)).all(-1)
+    if not broken.any():
+        return None
+    sequence, position = (int(i) for i in broken.nonzero()[0])
+    if position == 0:
+        raise ValueError("the state is not finite at the first position: nothing to trace before it")
+    before = states[sequence, max(0, position - TRACE):position].double()
+    cell, state = model.cell, states[sequence, position - 1][None]
+    drive = cell.input_map(model.embedding(tokens[sequence:sequence + 1, position]))
+    coordinates = cell.coordinates(model.group.pack(state), drive)
+    update = model.group.hat(cell.mixing(coordinates))[0].double()
+    return {"sequence": sequence, "position": position,
+            "sigma_max_before": torch.linalg.matrix_norm(before, 2).tolist(),
+            "drive_norm": float(drive.norm()), "coordinates_norm": float(coordinates.norm()),
+            "largest_real_eigenvalue": float(torch.linalg.eigvals(update).real.max())}
+
+
+def trace_blowup(directory):
+    """Replay the run in ``directory`` (it stopped on a non-finite training loss) from its last
+    checkpoint, in a temporary copy, to the failing step; ``{"step", **_first_failure}``."""
+    directory = Path(directory)
+    final = json.loads((directory / "final.json").read_text()) if (directory / "final.json").exists() else {}
+    if "not finite" not in final.get("stopped", "") or not (directory / "checkpoint.pt").exists():
+        raise ValueError(f"{directory} is not a finished run stopped by a non-finite loss, with its checkpoint.pt")
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / directory.name
+        shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("final.json", "best.pt"))
+        config = RunConfig.from_json(json.loads((copy / "config.json").read_text()))
+        training = Run(copy, config)
+        training.load_checkpoint()
+        resumed, batches, draw = training.step, [], training.task.train_batch
+        training.task.train_batch = lambda *args: batches.append(draw(*args)) or batches[-1]
+        training.fit()
+        if training.stopped is None:
+            raise ValueError(f"replaying {directory} from step {resumed} did not reproduce its stop")
+        return {"step": training.step + 1, **_first_failure(training.model.eval(), batches[-1][0])}
+
+
 def plot(record, path):
     """σ_min / σ_max, the numerical rank and ‖H_t‖_F / √n against the position t, one line per run."""
     figure, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 4.2))
@@ -120,7 +176,15 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--length", type=int, default=LENGTH)
     parser.add_argument("--streams", type=int, default=STREAMS)
+    parser.add_argument("--blowup", action="store_true", help="replay runs stopped by a NaN loss to their failing step")
     args = parser.parse_args(argv)
+    if args.blowup:
+        record = {str(directory): trace_blowup(directory) for directory in args.directories}
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "blowup.json").write_text(json.dumps(record, indent=1))
+        for name, trace in record.items():
+            print(name, json.dumps(trace))
+        return 0
     record = measure(args.directories, args.out, args.length, args.streams)
     for name, run in record["runs"].items():
         marks = [t for t in (1, 16, 128, args.length) if t <= args.length]

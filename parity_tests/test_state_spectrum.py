@@ -1,13 +1,14 @@
 """The state spectrum: singular values of the group RNN's state along a stream."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 import torch
 
 from experiments import train
-from experiments.state_spectrum import RANK_TOLERANCE, measure, spectrum
+from experiments.state_spectrum import RANK_TOLERANCE, measure, spectrum, trace_blowup
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from parity_tests.harness import to_torch
 from reference.config import GroupRNNConfig
@@ -55,3 +56,25 @@ def test_measure_reads_finished_runs_and_refuses_others(tmp_path):
     assert (tmp_path / "out" / "state_spectrum.png").exists()
     with pytest.raises(ValueError, match="finished runs"):
         measure([tmp_path / "missing"], tmp_path / "out")
+
+
+def test_a_blowup_replays_the_run_to_its_failing_step_and_finds_the_first_broken_state(tmp_path):
+    run = tmp_path / "rnn-GL-seed0"
+    options = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eval_every": 2, "eval_tokens": 64,
+               "checkpoint_every": 2, "group": "GL", "n": 3, "embedding_dim": 5}
+    train.run(train.build_config("group_rnn", "lm", options), run)
+    with pytest.raises(ValueError, match="non-finite loss"):
+        trace_blowup(run)  # it finished its steps
+    config = json.loads((run / "config.json").read_text())
+    config["train"]["steps"] = 4  # the replay trains on from the step-2 checkpoint ...
+    (run / "config.json").write_text(json.dumps(config))
+    checkpoint = torch.load(run / "checkpoint.pt", weights_only=True)
+    weight = checkpoint["model"]["cell.state_map.weight"]  # ... with a state feedback that runs away at once
+    noise = torch.randn(weight.shape, generator=torch.Generator().manual_seed(0), dtype=weight.dtype)
+    checkpoint["model"]["cell.state_map.weight"] = 3.0 * noise
+    torch.save(checkpoint, run / "checkpoint.pt")
+    (run / "final.json").write_text(json.dumps({"stopped": "training loss not finite at step 3"}))
+    trace = trace_blowup(run)
+    assert trace["step"] == 3 and 0 < trace["position"] < 16
+    assert all(math.isfinite(s) for s in trace["sigma_max_before"]) and trace["coordinates_norm"] > trace["drive_norm"]
+    assert json.loads((run / "final.json").read_text()) == {"stopped": "training loss not finite at step 3"}  # on a copy
