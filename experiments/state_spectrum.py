@@ -21,7 +21,7 @@ Writes ``OUT/state_spectrum.json`` (per run: its arm, test bits and the five cur
 
 ``python -m experiments.state_spectrum --blowup DIR [DIR ...] --out OUT`` replays runs that stopped
 on a non-finite training loss (``final.json``'s ``stopped``): a copy of each run resumes from its
-last checkpoint and trains to the failing step exactly as it did (the training is deterministic on
+last checkpoint (or starts afresh, if it stopped before one) and trains to the failing step exactly as it did (the training is deterministic on
 the CPU). On that step's batch it finds the first sequence and position whose state H_t is not
 finite, and records σ_max of that sequence's states before it, and at the last finite state
 H_{t−1}: ‖d_t‖ (the input drive W e_t + b), ‖c_t‖ (with the state term U features(H_{t−1})) and the
@@ -128,17 +128,18 @@ def _first_failure(model, tokens):
 
 def trace_blowup(directory):
     """Replay the run in ``directory`` (it stopped on a non-finite training loss) from its last
-    checkpoint, in a temporary copy, to the failing step; ``{"step", **_first_failure}``."""
+    checkpoint (or from the start), in a temporary copy, to the failing step; ``{"step", **_first_failure}``."""
     directory = Path(directory)
     final = json.loads((directory / "final.json").read_text()) if (directory / "final.json").exists() else {}
-    if "not finite" not in final.get("stopped", "") or not (directory / "checkpoint.pt").exists():
-        raise ValueError(f"{directory} is not a finished run stopped by a non-finite loss, with its checkpoint.pt")
+    if "not finite" not in final.get("stopped", ""):
+        raise ValueError(f"{directory} is not a finished run stopped by a non-finite loss")
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / directory.name
         shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("final.json", "best.pt"))
         config = RunConfig.from_json(json.loads((copy / "config.json").read_text()))
         training = Run(copy, config)
-        training.load_checkpoint()
+        if training.checkpoint_path.exists():  # else the run stopped before its first checkpoint: from step 0
+            training.load_checkpoint()
         resumed, batches, draw = training.step, [], training.task.train_batch
         training.task.train_batch = lambda *args: batches.append(draw(*args)) or batches[-1]
         training.fit()
