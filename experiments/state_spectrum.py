@@ -21,11 +21,12 @@ Writes ``OUT/state_spectrum.json`` (per run: its arm, test bits and the five cur
 
 ``python -m experiments.state_spectrum --blowup DIR [DIR ...] --out OUT`` replays runs that stopped
 on a non-finite training loss (``final.json``'s ``stopped``): a copy of each run resumes from its
-last checkpoint (or starts afresh, if it stopped before one) and trains to the failing step exactly as it did (the training is deterministic on
-the CPU). On that step's batch it finds the first sequence and position whose state H_t is not
-finite, and records σ_max of that sequence's states before it, and at the last finite state
-H_{t−1}: ‖d_t‖ (the input drive W e_t + b), ‖c_t‖ (with the state term U features(H_{t−1})) and the
-largest real part of an eigenvalue of A_t = hat(c_t), whose exponential the update multiplies in.
+last checkpoint (or starts afresh, if it stopped before one) and trains to the failing step exactly
+as it did (the training is deterministic on the CPU). On that step's batch it finds the first
+sequence and position whose state H_t is not finite, and records σ_max of that sequence's states
+before it, and at the last finite state H_{t−1}: ‖d_t‖ (the input drive W e_t + b), ‖c_t‖ (with the
+state term U features(H_{t−1})) and the largest real part of an eigenvalue of A_t = hat(c_t), whose
+exponential the update multiplies in.
 Writes ``OUT/blowup.json``.
 """
 
