@@ -72,3 +72,33 @@ def test_a_carried_state_that_leaves_its_group_scores_nan_not_an_error():
     with torch.no_grad():  # an H_0 of rank one (numerically): every product from it stays singular
         model.cell.initial_state.copy_(torch.diag(torch.tensor([1.0, 1e-30, 1e-30], dtype=torch.float64)))
     assert math.isnan(carried_bits(model, stream, 5))
+
+
+class _Drifting(torch.nn.Module):
+    """A group RNN whose returned state is moved ``offset`` off its group after every call, as
+    float32 round-off does over a long stream; it records the states it was given and returned."""
+
+    def __init__(self, model, offset):
+        super().__init__()
+        self.model, self.group, self.offset, self.given, self.returned = model, model.group, offset, [], []
+
+    def forward(self, tokens, cache=None):
+        self.given.append(None if cache is None else cache.state)
+        logits, cache = self.model(tokens, cache)
+        self.returned.append(cache.state + self.offset)
+        return logits, cache._replace(state=self.returned[-1])
+
+
+def test_a_compact_state_off_its_group_is_put_back_on_it_before_the_next_chunk():
+    model = build_model(GroupRNNConfig(vocab_size=VOCAB, group="O", n=3, embedding_dim=4), dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(0)).eval()
+    stream = np.random.default_rng(1).integers(0, VOCAB, size=38)
+    drifting = _Drifting(model, 1e-3)  # far beyond O(3)'s float64 tolerance
+    bits = carried_bits(drifting, stream, 5)
+    assert math.isfinite(bits) and len(drifting.given) == 8
+    for returned, given in zip(drifting.returned, drifting.given[1:]):
+        left, _, right = torch.linalg.svd(returned)  # the nearest orthogonal matrix: U Vᵀ of M = U Σ Vᵀ
+        torch.testing.assert_close(given, left @ right, rtol=0, atol=1e-12)
+    assert bits != pytest.approx(carried_bits(model, stream, 5), rel=1e-9)  # the drift did move the state
+    assert carried_bits(_Drifting(model, 1e-20), stream, 5) == carried_bits(model, stream, 5)  # within it: untouched
+    assert math.isnan(carried_bits(_Drifting(model, float("nan")), stream, 5))
