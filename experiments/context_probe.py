@@ -70,6 +70,16 @@ PROBE_BATCH = 1024
 PROBE_LR = 1e-3
 
 
+def finished_runs(directories, reader):
+    """``directories`` as Paths, each a finished run with its ``best.pt``; else ValueError naming
+    the others (``reader``: who asks, for the message)."""
+    directories = [Path(d) for d in directories]
+    unfinished = [str(d) for d in directories if not ((d / "final.json").exists() and (d / "best.pt").exists())]
+    if unfinished:
+        raise ValueError(f"{reader} reads finished runs with their best.pt; these are not: {unfinished}")
+    return directories
+
+
 def load_best(directory):
     """``(RunConfig, model)``: the best-validation model of the finished run in ``directory``
     (``best.pt``), on the CPU, in eval mode."""
@@ -191,10 +201,7 @@ def position_bins(values):
 def probe(directories, out, **options):
     """Probe every run of ``directories`` (``options``: ``probe_run``'s sizes); write
     ``out/context_probe.json`` and ``.png``; returns the record."""
-    out, directories = Path(out), [Path(d) for d in directories]
-    unfinished = [str(d) for d in directories if not ((d / "final.json").exists() and (d / "best.pt").exists())]
-    if unfinished:
-        raise ValueError(f"the context probe reads finished runs with their best.pt; these are not: {unfinished}")
+    out, directories = Path(out), finished_runs(directories, "the context probe")
     out.mkdir(parents=True, exist_ok=True)
     runs = {}
     for directory in directories:
