@@ -37,8 +37,11 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path, args, keys):
     uninterrupted, killed = tmp_path / "uninterrupted", tmp_path / "killed"
     assert train.main([*args, "--run-dir", str(uninterrupted)]) == 0
 
+    # the killed run trains on as many threads as this process (an earlier test may have set 1), so that
+    # both sum in the same order
+    threads = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     process = subprocess.Popen([sys.executable, "-m", "experiments.train", *args, "--run-dir", str(killed)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=threads)
     deadline = time.monotonic() + 300
     while not (killed / "checkpoint.pt").exists():
         assert process.poll() is None, "the run ended before its first checkpoint"
