@@ -33,7 +33,7 @@ def test_carried_state_bits_equal_one_full_length_pass(name, length, streams):
     per_piece = (len(stream) - 1) // streams  # 37 // 3 = 12: the last token does not fill a piece
     expected = np.concatenate([_bits_of_one_pass(model, stream[i * per_piece:(i + 1) * per_piece + 1])
                                for i in range(streams)]).mean()
-    assert carried_bits(model, stream, length, streams) == pytest.approx(expected, rel=1e-10)
+    assert carried_bits(model, stream, length, streams) == (pytest.approx(expected, rel=1e-10), 0)
     # and the state does carry: restarting it at every window gives other bits
     restarted = np.concatenate([_bits_of_one_pass(model, stream[s:s + length + 1])
                                 for s in range(0, len(stream) - length, length)]).mean()
@@ -58,8 +58,9 @@ def test_the_test_evaluation_adds_carried_bits_for_recurrent_models_only():
     with torch.no_grad():
         recurrent, attention = task.evaluate(lstm, "test"), task.evaluate(gpt, "test")
     expected = carried_bits(lstm, task.data.streams["test"], 16, 400)
-    assert recurrent["test_carried_bits_per_token"] == expected
-    assert "test_carried_bits_per_token" not in attention
+    assert recurrent["test_carried_bits_per_token"] == expected.bits
+    assert recurrent["test_carried_reprojections"] == expected.reprojections == 0
+    assert "test_carried_bits_per_token" not in attention and "test_carried_reprojections" not in attention
     with pytest.raises(ValueError, match="carried_streams"):
         LanguageModelling.Config(dataset="ptb_char", carried_streams=-1)
 
@@ -68,10 +69,10 @@ def test_a_carried_state_that_leaves_its_group_scores_nan_not_an_error():
     config = GroupRNNConfig(vocab_size=VOCAB, group="GL", n=3, embedding_dim=4)
     model = build_model(config, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).eval()
     stream = np.random.default_rng(1).integers(0, VOCAB, size=38)
-    assert math.isfinite(carried_bits(model, stream, 5))
+    assert math.isfinite(carried_bits(model, stream, 5).bits)
     with torch.no_grad():  # an H_0 of rank one (numerically): every product from it stays singular
         model.cell.initial_state.copy_(torch.diag(torch.tensor([1.0, 1e-30, 1e-30], dtype=torch.float64)))
-    assert math.isnan(carried_bits(model, stream, 5))
+    assert math.isnan(carried_bits(model, stream, 5).bits)
 
 
 class _Drifting(torch.nn.Module):
@@ -94,11 +95,13 @@ def test_a_compact_state_off_its_group_is_put_back_on_it_before_the_next_chunk()
                         generator=torch.Generator().manual_seed(0)).eval()
     stream = np.random.default_rng(1).integers(0, VOCAB, size=38)
     drifting = _Drifting(model, 1e-3)  # far beyond O(3)'s float64 tolerance
-    bits = carried_bits(drifting, stream, 5)
-    assert math.isfinite(bits) and len(drifting.given) == 8
+    bits, reprojections = carried_bits(drifting, stream, 5)
+    assert math.isfinite(bits) and len(drifting.given) == 8 and reprojections == 7  # every chunk after the first
     for returned, given in zip(drifting.returned, drifting.given[1:]):
         left, _, right = torch.linalg.svd(returned)  # the nearest orthogonal matrix: U Vᵀ of M = U Σ Vᵀ
         torch.testing.assert_close(given, left @ right, rtol=0, atol=1e-12)
-    assert bits != pytest.approx(carried_bits(model, stream, 5), rel=1e-9)  # the drift did move the state
-    assert carried_bits(_Drifting(model, 1e-20), stream, 5) == carried_bits(model, stream, 5)  # within it: untouched
-    assert math.isnan(carried_bits(_Drifting(model, float("nan")), stream, 5))
+    undisturbed = carried_bits(model, stream, 5)
+    assert undisturbed.reprojections == 0
+    assert bits != pytest.approx(undisturbed.bits, rel=1e-9)  # the drift did move the state
+    assert carried_bits(_Drifting(model, 1e-20), stream, 5) == undisturbed  # within it: untouched, not counted
+    assert math.isnan(carried_bits(_Drifting(model, float("nan")), stream, 5).bits)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -65,9 +66,17 @@ def _scored_nats(logits, targets):
     return nats.double().cpu().numpy()
 
 
+class CarriedScore(NamedTuple):
+    """``carried_bits``'s result: mean bits per token, and how many chunk boundaries put a drifted
+    compact state back on its group (0 for every model that is not a group RNN)."""
+    bits: float
+    reprojections: int
+
+
 @torch.no_grad()
 def carried_bits(model, stream, length, streams=1):
-    """Mean cross-entropy in bits per token over a whole stream with the model's state carried.
+    """Mean cross-entropy in bits per token over a whole stream with the model's state carried;
+    returns a ``CarriedScore``.
 
     ``stream`` (``[N]`` ids) is cut into ``streams`` contiguous pieces of ⌊(N − 1)/streams⌋ + 1
     tokens (the last few tokens that do not fill a piece are dropped) read side by side as one
@@ -77,7 +86,8 @@ def carried_bits(model, stream, length, streams=1):
     thousands of float32 steps round-off can carry a compact group's state past the membership
     tolerance (O(16) on Penn Treebank's test pieces of 27k characters); such a state is put back on
     the group (``group.nearest``, the polar factor for O and U) before the next chunk, as the model's
-    ``reproject_every`` would, which leaves every state that stays within the tolerance untouched. A
+    ``reproject_every`` would, which leaves every state that stays within the tolerance untouched,
+    and counted (``reprojections``: chunk boundaries at which any piece's state was off). A
     carried state that has left a non-compact group (GL: a long product of matrices loses rank in
     float32) or is not finite ends the evaluation with NaN, as a diverged run's score, instead of a
     refused call.
@@ -86,16 +96,16 @@ def carried_bits(model, stream, length, streams=1):
     if per_piece < 1:
         raise ValueError(f"stream of {len(stream)} tokens is too short for {streams} pieces")
     pieces = torch.from_numpy(np.stack([stream[i * per_piece:(i + 1) * per_piece + 1] for i in range(streams)]))
-    pieces, cache, losses = pieces.to(model_device(model)), None, []
+    pieces, cache, losses, reprojections = pieces.to(model_device(model)), None, [], 0
     for start in range(0, per_piece, length):
         chunk = pieces[:, start:start + length + 1]
         if cache is not None and hasattr(model, "group") and not model.group.is_member(cache.state):
             if not (model.group.is_compact and torch.isfinite(cache.state).all()):
-                return float("nan")
-            cache = cache._replace(state=model.group.nearest(cache.state))
+                return CarriedScore(float("nan"), reprojections)
+            cache, reprojections = cache._replace(state=model.group.nearest(cache.state)), reprojections + 1
         logits, cache = model(chunk[:, :-1], cache)
         losses.append(_scored_nats(logits, chunk[:, 1:]))
-    return float(np.mean(np.concatenate(losses))) / math.log(2)
+    return CarriedScore(float(np.mean(np.concatenate(losses))) / math.log(2), reprojections)
 
 
 @dataclass(frozen=True)
@@ -152,8 +162,9 @@ class LanguageModelling(Task):
         if self.data.word_level:
             result["test_perplexity"] = 2.0 ** bits
         if self.config.carried_streams and is_recurrent(model):
-            result["test_carried_bits_per_token"] = carried_bits(
-                model, self.data.streams["test"], self.config.length, self.config.carried_streams)
+            carried = carried_bits(model, self.data.streams["test"], self.config.length, self.config.carried_streams)
+            result["test_carried_bits_per_token"] = carried.bits
+            result["test_carried_reprojections"] = carried.reprojections
         return result
 
     def train_metrics(self, loss):
