@@ -27,7 +27,8 @@ and each arm's best steps, flagged where a best step is the run's last evaluatio
 has runs trained longer (``convergence/<arm>[-lr<rate>]-steps<N>-seed<s>``), a table sets them beside
 the study's run: how much more training, at the study's rate or another, still moves the test bits
 (``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test
-too.
+too. Probes outside the study (``PROBES``: a folder of runs of other shapes, e.g. ``o_width/``) are
+paired by seed with the study's arms in a table of their own; they are not study arms.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ COMPARISONS = (  # (what it tests, arm a, arm b): a − b
     ("the fix of item 2", "rnn-O-fix", "rnn-O"),
     ("the O shape: n = 16, wide embedding", "rnn-O16-fix", "rnn-O-fix"))
 SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}
+PROBES = {"o_width": ("the O shape: n and the embedding width", ("rnn-O-fix", "rnn-U", "lstm", "gpt"))}
 
 
 def unigram_bits(train, test, vocab_size):
@@ -138,14 +140,28 @@ def paired(arms, first, second, key):
             "relative_half_width": relative_half}
 
 
-def comparisons(arms):
-    """Every comparison of ``COMPARISONS`` whose arms both have runs, windowed and carried."""
+def comparisons(arms, which=COMPARISONS):
+    """Every comparison of ``which`` ((what it tests, arm a, arm b), ...) whose arms both have runs,
+    windowed and carried."""
     rows = []
-    for claim, first, second in COMPARISONS:
+    for claim, first, second in which:
         scores = {mode: paired(arms, first, second, key) for mode, key in SCORES.items()}
         if scores["windowed"] is not None:
             rows.append({"claim": claim, "comparison": f"{first} − {second}", **scores})
     return rows
+
+
+def probe_comparisons(folder, arms):
+    """``{probe folder: rows}``: each ``PROBES`` folder under ``folder`` with finished runs, each of its arms
+    − each study arm its entry names, as ``comparisons`` rows (the probe's runs joined to ``arms``)."""
+    found = {}
+    for name, (what, against) in PROBES.items():
+        if not any((Path(folder) / name).glob("*/final.json")):
+            continue
+        probes = load_runs(Path(folder) / name)
+        which = [(what, probe, study) for probe in sorted(probes) for study in against]
+        found[name] = comparisons({**arms, **probes}, which)
+    return found
 
 
 def _last_and_rise(run):
@@ -196,17 +212,22 @@ def _ending(check):
     return ("not finite" if math.isinf(last) else f"{last:.4f}") + (f" (+{max(rises):.3f})" if rises else "")
 
 
-def dataset_markdown(title, unigram, valid_unigram, levels, rows, arm_checks, arms):
-    counted = ", ".join(f"{order}-gram {level['test_bits']:.3f}" for order, level in levels.items())
-    lines = [f"## {title}", "", f"Count models on test, in bits per character: unigram (training frequencies, "
-             f"add-one) {unigram:.3f} (on validation {valid_unigram:.3f}); {counted} (interpolated Dirichlet "
-             "smoothing, its strength chosen on validation).", "",
-             "| claim | a − b | seeds | Δ test bits, windowed | relative | Δ test bits, state carried | relative |",
-             "|---|---|---|---|---|---|---|"]
+def comparison_lines(rows, first_column="claim"):
+    """``comparisons`` rows as a Markdown table."""
+    lines = [f"| {first_column} | a − b | seeds | Δ test bits, windowed | relative | Δ test bits, state carried "
+             "| relative |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['claim']} | {row['comparison']} | {len(row['windowed']['seeds'])} | "
                      f"{_interval(row['windowed'])} | {_interval(row['windowed'], True)} | "
                      f"{_interval(row['carried'])} | {_interval(row['carried'], True)} |")
+    return lines
+
+
+def dataset_markdown(title, unigram, valid_unigram, levels, rows, arm_checks, arms):
+    counted = ", ".join(f"{order}-gram {level['test_bits']:.3f}" for order, level in levels.items())
+    lines = [f"## {title}", "", f"Count models on test, in bits per character: unigram (training frequencies, "
+             f"add-one) {unigram:.3f} (on validation {valid_unigram:.3f}); {counted} (interpolated Dirichlet "
+             "smoothing, its strength chosen on validation).", "", *comparison_lines(rows)]
     lines += ["", "| arm | worst seed's test bits | below the unigram? | last validation bits, worst seed "
               "(largest rise above a run's best) | ends below the unigram? | best steps |", "|---|---|---|---|---|---|"]
     for arm, check in arm_checks.items():
@@ -260,6 +281,15 @@ def longer_markdown(rows):
     return "\n".join(lines) + "\n"
 
 
+def probes_markdown(found):
+    """Each probe folder's comparisons as a table of its own."""
+    lines = []
+    for name, rows in found.items():
+        lines += ["", f"Outside the study (`{name}/`, not a study arm; its runs paired by seed with the study's):",
+                  "", *comparison_lines(rows, "probe")]
+    return "\n".join(lines) + "\n"
+
+
 def claims(directory=DEFAULT_DIR):
     """Write ``claims.md`` and ``claims.json`` into ``directory`` for each dataset folder with finished
     runs; returns the Markdown."""
@@ -276,12 +306,13 @@ def claims(directory=DEFAULT_DIR):
                                   for split in ("test", "valid"))
         levels = ngram_levels(dataset, vocab_size)
         rows, arm_checks = comparisons(arms), checks(arms, unigram, valid_unigram)
-        longer = longer_training(directory / folder)
+        longer, probes = longer_training(directory / folder), probe_comparisons(directory / folder, arms)
         record[folder] = {"unigram_bits": unigram, "valid_unigram_bits": valid_unigram, "ngram_levels": levels,
                           "comparisons": rows, "checks": arm_checks,
-                          "longer_training": {f"{arm}-seed{seed}": runs for (arm, seed), runs in longer.items()}}
+                          "longer_training": {f"{arm}-seed{seed}": runs for (arm, seed), runs in longer.items()},
+                          "probes": probes}
         sections.append(dataset_markdown(title, unigram, valid_unigram, levels, rows, arm_checks, arms)
-                        + (longer_markdown(longer) if longer else ""))
+                        + (longer_markdown(longer) if longer else "") + (probes_markdown(probes) if probes else ""))
     if not sections:
         raise ValueError(f"no finished runs under any of {[str(directory / f) for f in DATASET_FOLDERS]}")
     markdown = ("# The paper's claims, seed-paired\n\nTest bits per character of each run's best-validation "

@@ -144,3 +144,22 @@ def test_longer_training_sits_beside_the_study_run_with_the_change_in_test_bits(
     assert "| lstm | 0 | 0.001 | 800 | 700 | 2.2000 | 2.2500 | -0.0500 |" in markdown
     assert "| lstm | 0 | 0.001 | 1,600 | 1,600 | 2.2100 | 2.2600 | +0.0100 |" in markdown
     assert "| lstm | 0 | 0.0003 | 1,600 | 1,600 | 2.1500 | 2.2000 | -0.1000 |" in markdown  # against the study run
+
+
+def test_a_probe_outside_the_study_is_paired_with_the_study_arms_in_a_table_of_its_own(tmp_path):
+    folder = tmp_path / "ptb_char"
+    for seed, (study, lstm, probe) in enumerate(((2.5, 1.8, 2.3), (2.4, 1.7, 2.3))):
+        _run(folder, "rnn-O-fix", seed, study, carried=study)
+        _run(folder, "lstm", seed, lstm, carried=lstm)
+        _run(folder / "o_width", "rnn-O22-e225-fix", seed, probe, carried=probe - 0.1)
+    _run(folder / "o_width", "rnn-O22-e225-fix", 5, 1.0)  # no study twin: left out of the pairing
+    markdown = claims(tmp_path)
+    record = json.loads((tmp_path / "claims.json").read_text())["ptb_char"]
+    assert "rnn-O22-e225-fix" not in record["checks"]  # not a study arm
+    rows = {row["comparison"]: row for row in record["probes"]["o_width"]}
+    assert list(rows) == ["rnn-O22-e225-fix − rnn-O-fix", "rnn-O22-e225-fix − lstm"]  # no U, no GPT runs here
+    assert rows["rnn-O22-e225-fix − rnn-O-fix"]["windowed"]["seeds"] == [0, 1]
+    assert rows["rnn-O22-e225-fix − rnn-O-fix"]["windowed"]["difference"] == pytest.approx(-0.15)
+    assert rows["rnn-O22-e225-fix − lstm"]["carried"]["difference"] == pytest.approx(0.45)
+    assert "Outside the study (`o_width/`" in markdown
+    assert "| the O shape: n and the embedding width | rnn-O22-e225-fix − rnn-O-fix | 2 | -0.1500 ± " in markdown
