@@ -150,6 +150,8 @@ def readout_bits(train, valid, vocab_size, hidden=None, seed=SEED, steps=PROBE_S
                 held = float(F.cross_entropy(network(held_z), held_y))
             if held < best:
                 best, kept = held, copy.deepcopy(network.state_dict())
+    if kept is None:
+        raise ValueError("the readout's held-out loss was never finite; are the features finite?")
     network.load_state_dict(kept)
     with torch.no_grad():
         return float(F.cross_entropy(network(valid_z), valid_y)) / math.log(2)
@@ -157,8 +159,9 @@ def readout_bits(train, valid, vocab_size, hidden=None, seed=SEED, steps=PROBE_S
 
 @torch.no_grad()
 def _windows(model, stream, count, length, seed, burn_in):
-    """Of ``count`` random windows: z_t and x_{t+1} at positions t ≥ burn_in, x_t, and the bits of the
-    model's own prediction of x_{t+1} at every position [count, length]."""
+    """Of ``count`` random windows, those on which the model stays finite (a GL state can run away
+    on a few): z_t and x_{t+1} at positions t ≥ burn_in, x_t, the bits of the model's own prediction
+    of x_{t+1} at every position [kept, length], and how many windows were dropped."""
     starts = np.random.default_rng(seed).integers(0, len(stream) - length - 1, size=count)
     tokens = torch.from_numpy(np.stack([stream[s:s + length + 1] for s in starts]))
     features, nats = [], []
@@ -166,8 +169,10 @@ def _windows(model, stream, count, length, seed, burn_in):
         state, logits = readout_inputs(model, chunk[:, :-1])
         features.append(state[:, burn_in:])
         nats.append(F.cross_entropy(logits.double().transpose(1, 2), chunk[:, 1:], reduction="none"))
-    return (torch.cat(features).numpy(), tokens[:, :-1].numpy(), tokens[:, burn_in + 1:].numpy(),
-            torch.cat(nats).numpy() / math.log(2))
+    features, nats = torch.cat(features), torch.cat(nats)
+    finite = torch.isfinite(features).flatten(1).all(1) & torch.isfinite(nats).all(1)
+    return (features[finite].numpy(), tokens[finite, :-1].numpy(), tokens[finite, burn_in + 1:].numpy(),
+            nats[finite].numpy() / math.log(2), int((~finite).sum()))
 
 
 def probe_run(directory, lags=LAGS, windows=WINDOWS, length=LENGTH, burn_in=BURN_IN, seed=SEED,
@@ -175,20 +180,23 @@ def probe_run(directory, lags=LAGS, windows=WINDOWS, length=LENGTH, burn_in=BURN
     """The probes of the best-validation model of the run in ``directory``: ``{"accuracy": [lags]
     (context probe), "majority": the most frequent character's share on the probed positions,
     "bits": {"model", "linear", "mlp"} (validation bits per character of the readouts), "by_position":
-    [length] the model's own validation bits at each position of a window (the state restarts at 0)}``."""
+    [length] the model's own validation bits at each position of a window (the state restarts at 0),
+    "dropped": {"valid", "train"} the windows left out because the model was not finite on them}``."""
     config, model = load_best(directory)
     dataset, vocab = load_dataset(config.task.dataset), config.model.vocab_size
-    features, tokens, following, own_bits = _windows(model, dataset.streams["valid"], windows, length, seed, burn_in)
+    features, tokens, following, own_bits, dropped = _windows(model, dataset.streams["valid"], windows, length, seed,
+                                                              burn_in)
     flat = features.reshape(-1, features.shape[-1])
     accuracy = [probe_accuracy(flat, tokens[:, burn_in - lag:length - lag].reshape(-1), vocab) for lag in range(lags)]
     majority = float(np.bincount(tokens[:, burn_in:].reshape(-1), minlength=vocab).max() / flat.shape[0])
     valid = (flat, following.reshape(-1))
-    train_features, _, train_following, _ = _windows(model, dataset.streams["train"], readout_windows, length, seed,
-                                                      burn_in)
+    train_features, _, train_following, _, train_dropped = _windows(model, dataset.streams["train"], readout_windows,
+                                                                     length, seed, burn_in)
     train = (train_features.reshape(-1, flat.shape[1]), train_following.reshape(-1))
     bits = {"model": float(own_bits[:, burn_in:].mean()), "linear": readout_bits(train, valid, vocab, None, seed, steps),
             "mlp": readout_bits(train, valid, vocab, HIDDEN, seed, steps)}
-    return {"accuracy": accuracy, "majority": majority, "bits": bits, "by_position": own_bits.mean(0).tolist()}
+    return {"accuracy": accuracy, "majority": majority, "bits": bits, "by_position": own_bits.mean(0).tolist(),
+            "dropped": {"valid": dropped, "train": train_dropped}}
 
 
 def position_bins(values):
@@ -208,7 +216,7 @@ def probe(directories, out, **options):
         result = probe_run(directory, **options)
         final = json.loads((directory / "final.json").read_text())
         runs[directory.name] = {"arm": arm_of(directory.name), "test_bits": final["test_bits_per_token"],
-                                **{key: result[key] for key in ("accuracy", "bits", "by_position")}}
+                                **{key: result[key] for key in ("accuracy", "bits", "by_position", "dropped")}}
     majority = result["majority"]
     sizes = {"lags": LAGS, "windows": WINDOWS, "length": LENGTH, "burn_in": BURN_IN, "readout_windows": READOUT_WINDOWS,
              "steps": PROBE_STEPS, **options}

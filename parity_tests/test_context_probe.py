@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from experiments import train
+from experiments import context_probe
 from experiments.context_probe import position_bins, probe, probe_accuracy, readout_bits, readout_inputs
 from experiments.models import build_model
 
@@ -61,6 +62,7 @@ def test_the_probe_runs_on_finished_runs_and_writes_its_record(tmp_path):
         assert len(run["by_position"]) == 24 and run["bits"].keys() == {"model", "linear", "mlp"}
         # the mean of the positions the readouts are scored on is the model's own score there
         assert np.mean(run["by_position"][8:]) == pytest.approx(run["bits"]["model"], rel=1e-12)
+        assert run["dropped"] == {"valid": 0, "train": 0}
     assert 0.1 < saved["majority"] < 0.3  # the space is Tiny Shakespeare's most frequent character
     assert (tmp_path / "probe" / "context_probe.png").stat().st_size > 0
     with pytest.raises(ValueError, match="not: .*missing"):  # refused before any work
@@ -69,3 +71,28 @@ def test_the_probe_runs_on_finished_runs_and_writes_its_record(tmp_path):
 
 def test_positions_are_averaged_over_doubling_bins():
     assert position_bins(np.arange(10.0)) == ([0, 1, 2, 4, 8], [0.0, 1.0, 2.5, 5.5, 8.5])
+
+
+def test_windows_on_which_the_model_is_not_finite_are_dropped_and_counted(monkeypatch):
+    network = build_model(train.build_config("lstm", "lm", {**TINY, "hidden_size": 6}).model, dtype=torch.float64)
+
+    def runs_away_after_a_zero(model, tokens):  # as a GL state does on a few windows
+        features, logits = readout_inputs(model, tokens)
+        broken = (tokens == 0).cumsum(1) > 0
+        return features.masked_fill(broken[..., None], float("nan")), logits
+    monkeypatch.setattr(context_probe, "readout_inputs", runs_away_after_a_zero)
+    stream = np.random.default_rng(0).integers(1, 5, size=400)
+    stream[[50, 51, 300]] = 0
+    features, tokens, following, bits, dropped = context_probe._windows(network, stream, 40, 16, 0, 4)
+    starts = np.random.default_rng(0).integers(0, len(stream) - 17, size=40)  # the windows _windows draws
+    touched = np.array([(stream[s:s + 16] == 0).any() for s in starts])
+    assert dropped == touched.sum() > 0
+    assert features.shape == (40 - dropped, 12, 6) and np.isfinite(features).all() and np.isfinite(bits).all()
+    assert (tokens == np.stack([stream[s:s + 16] for s in starts[~touched]])).all()
+    assert (following == np.stack([stream[s + 5:s + 17] for s in starts[~touched]])).all()
+
+
+def test_a_readout_of_features_that_are_not_finite_is_refused():
+    features = np.full((200, 3), np.nan)
+    with pytest.raises(ValueError, match="never finite"):
+        readout_bits((features, np.zeros(200, dtype=int)), (features, np.zeros(200, dtype=int)), 2, None, steps=5)
