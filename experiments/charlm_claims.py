@@ -27,8 +27,10 @@ and each arm's best steps, flagged where a best step is the run's last evaluatio
 has runs trained longer (``convergence/<arm>[-lr<rate>]-steps<N>-seed<s>``), a table sets them beside
 the study's run: how much more training, at the study's rate or another, still moves the test bits
 (``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test
-too. Probes outside the study (``PROBES``: a folder of runs of other shapes, e.g. ``o_width/``) are
-paired by seed with the study's arms in a table of their own; they are not study arms.
+too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape, e.g.
+``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix at n = 22 and a 225-wide embedding) are
+paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBES``' study arms, in a
+table of their own; they are not study arms.
 """
 
 from __future__ import annotations
@@ -59,7 +61,18 @@ COMPARISONS = (  # (what it tests, arm a, arm b): a − b
     ("the fix of item 2", "rnn-O-fix", "rnn-O"),
     ("the O shape: n = 16, wide embedding", "rnn-O16-fix", "rnn-O-fix"))
 SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}
-PROBES = {"o_width": ("the O shape: n and the embedding width", ("rnn-O-fix", "rnn-U", "lstm", "gpt"))}
+PROBES = {"o_width": ("the O shape: n and the embedding width", ("rnn-U", "lstm", "gpt")),
+          "tb_width": ("T and BO with a wider embedding", ("rnn-U", "lstm", "gpt"))}
+RESHAPED = re.compile(r"^(?P<model>rnn-[A-Z]+)\d+-e\d+(?P<variant>(?:-[a-z]+)*?)-lr[0-9.e+-]+$")
+
+
+def reshaped_arm(probe):
+    """The study arm a probe arm reshapes: ``rnn-O22-e225-fix-lr0.001`` -> ``rnn-O-fix``,
+    ``rnn-T189-e160-lr0.01`` -> ``rnn-T``; ValueError for a name not of that form."""
+    match = RESHAPED.match(probe)
+    if match is None:
+        raise ValueError(f"a probe arm is named <arm><n>-e<width>[-variant]-lr<rate>, not {probe!r}")
+    return match["model"] + match["variant"]
 
 
 def unigram_bits(train, test, vocab_size):
@@ -153,13 +166,15 @@ def comparisons(arms, which=COMPARISONS):
 
 def probe_comparisons(folder, arms):
     """``{probe folder: rows}``: each ``PROBES`` folder under ``folder`` with finished runs, each of its arms
-    − each study arm its entry names, as ``comparisons`` rows (the probe's runs joined to ``arms``)."""
+    − the arm it reshapes, then − each study arm its entry names, as ``comparisons`` rows (the probe's runs
+    joined to ``arms``)."""
     found = {}
     for name, (what, against) in PROBES.items():
         if not any((Path(folder) / name).glob("*/final.json")):
             continue
         probes = load_runs(Path(folder) / name)
-        which = [(what, probe, study) for probe in sorted(probes) for study in against]
+        which = [(what, probe, study) for probe in sorted(probes)
+                 for study in dict.fromkeys((reshaped_arm(probe), *against))]
         found[name] = comparisons({**arms, **probes}, which)
     return found
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from experiments.charlm_claims import claims, ngram_bits, paired, unigram_bits
+from experiments.charlm_claims import claims, ngram_bits, paired, reshaped_arm, unigram_bits
 
 
 def test_the_unigram_level_is_the_add_one_cross_entropy():
@@ -151,15 +151,28 @@ def test_a_probe_outside_the_study_is_paired_with_the_study_arms_in_a_table_of_i
     for seed, (study, lstm, probe) in enumerate(((2.5, 1.8, 2.3), (2.4, 1.7, 2.3))):
         _run(folder, "rnn-O-fix", seed, study, carried=study)
         _run(folder, "lstm", seed, lstm, carried=lstm)
-        _run(folder / "o_width", "rnn-O22-e225-fix", seed, probe, carried=probe - 0.1)
-    _run(folder / "o_width", "rnn-O22-e225-fix", 5, 1.0)  # no study twin: left out of the pairing
+        _run(folder / "o_width", "rnn-O22-e225-fix-lr0.001", seed, probe, carried=probe - 0.1)
+    _run(folder / "o_width", "rnn-O22-e225-fix-lr0.001", 5, 1.0)  # no study twin: left out of the pairing
     markdown = claims(tmp_path)
     record = json.loads((tmp_path / "claims.json").read_text())["ptb_char"]
-    assert "rnn-O22-e225-fix" not in record["checks"]  # not a study arm
+    assert "rnn-O22-e225-fix-lr0.001" not in record["checks"]  # not a study arm
     rows = {row["comparison"]: row for row in record["probes"]["o_width"]}
-    assert list(rows) == ["rnn-O22-e225-fix − rnn-O-fix", "rnn-O22-e225-fix − lstm"]  # no U, no GPT runs here
-    assert rows["rnn-O22-e225-fix − rnn-O-fix"]["windowed"]["seeds"] == [0, 1]
-    assert rows["rnn-O22-e225-fix − rnn-O-fix"]["windowed"]["difference"] == pytest.approx(-0.15)
-    assert rows["rnn-O22-e225-fix − lstm"]["carried"]["difference"] == pytest.approx(0.45)
+    probe = "rnn-O22-e225-fix-lr0.001"
+    assert list(rows) == [f"{probe} − rnn-O-fix", f"{probe} − lstm"]  # its own arm first; no U, no GPT runs here
+    assert rows[f"{probe} − rnn-O-fix"]["windowed"]["seeds"] == [0, 1]
+    assert rows[f"{probe} − rnn-O-fix"]["windowed"]["difference"] == pytest.approx(-0.15)
+    assert rows[f"{probe} − lstm"]["carried"]["difference"] == pytest.approx(0.45)
     assert "Outside the study (`o_width/`" in markdown
-    assert "| the O shape: n and the embedding width | rnn-O22-e225-fix − rnn-O-fix | 2 | -0.1500 ± " in markdown
+    assert "| the O shape: n and the embedding width | rnn-O22-e225-fix-lr0.001 − rnn-O-fix | 2 | -0.1500 ± " in markdown
+
+
+@pytest.mark.parametrize("probe, arm", [("rnn-O22-e225-fix-lr0.001", "rnn-O-fix"), ("rnn-T189-e160-lr0.01", "rnn-T"),
+                                        ("rnn-BO268-e160-lr0.01", "rnn-BO"), ("rnn-O23-e97-mix-scalar-lr1e-3",
+                                                                              "rnn-O-mix-scalar")])
+def test_a_probe_arm_names_the_study_arm_it_reshapes(probe, arm):
+    assert reshaped_arm(probe) == arm
+
+
+def test_a_probe_arm_of_another_name_is_refused():
+    with pytest.raises(ValueError, match="probe arm"):
+        reshaped_arm("rnn-O-fix-wide")
