@@ -29,7 +29,7 @@ the study's run: how much more training, at the study's rate or another, still m
 (``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test
 too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape, e.g.
 ``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix at n = 22 and a 225-wide embedding) are
-paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBES``' study arms, in a
+paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBE_BASELINES``, in a
 table of their own; they are not study arms.
 """
 
@@ -61,8 +61,8 @@ COMPARISONS = (  # (what it tests, arm a, arm b): a − b
     ("the fix of item 2", "rnn-O-fix", "rnn-O"),
     ("the O shape: n = 16, wide embedding", "rnn-O16-fix", "rnn-O-fix"))
 SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}
-PROBES = {"o_width": ("the O shape: n and the embedding width", ("rnn-U", "lstm", "gpt")),
-          "tb_width": ("T and BO with a wider embedding", ("rnn-U", "lstm", "gpt"))}
+PROBES = {"o_width": "the O shape: n and the embedding width", "tb_width": "T and BO with a wider embedding"}
+PROBE_BASELINES = ("rnn-U", "lstm", "gpt")  # after the arm a probe reshapes: the best group arm, the baselines
 RESHAPED = re.compile(r"^(?P<model>rnn-[A-Z]+)\d+-e\d+(?P<variant>(?:-[a-z]+)*?)-lr[0-9.e+-]+$")
 
 
@@ -166,15 +166,15 @@ def comparisons(arms, which=COMPARISONS):
 
 def probe_comparisons(folder, arms):
     """``{probe folder: rows}``: each ``PROBES`` folder under ``folder`` with finished runs, each of its arms
-    − the arm it reshapes, then − each study arm its entry names, as ``comparisons`` rows (the probe's runs
+    − the arm it reshapes, then − each of ``PROBE_BASELINES``, as ``comparisons`` rows (the probe's runs
     joined to ``arms``)."""
     found = {}
-    for name, (what, against) in PROBES.items():
+    for name, what in PROBES.items():
         if not any((Path(folder) / name).glob("*/final.json")):
             continue
         probes = load_runs(Path(folder) / name)
         which = [(what, probe, study) for probe in sorted(probes)
-                 for study in dict.fromkeys((reshaped_arm(probe), *against))]
+                 for study in dict.fromkeys((reshaped_arm(probe), *PROBE_BASELINES))]
         found[name] = comparisons({**arms, **probes}, which)
     return found
 

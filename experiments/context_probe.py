@@ -70,7 +70,7 @@ PROBE_BATCH = 1024
 PROBE_LR = 1e-3
 
 
-def finished_runs(directories, reader):
+def runs_with_best(directories, reader):
     """``directories`` as Paths, each a finished run with its ``best.pt``; else ValueError naming
     the others (``reader``: who asks, for the message)."""
     directories = [Path(d) for d in directories]
@@ -209,7 +209,7 @@ def position_bins(values):
 def probe(directories, out, **options):
     """Probe every run of ``directories`` (``options``: ``probe_run``'s sizes); write
     ``out/context_probe.json`` and ``.png``; returns the record."""
-    out, directories = Path(out), finished_runs(directories, "the context probe")
+    out, directories = Path(out), runs_with_best(directories, "the context probe")
     out.mkdir(parents=True, exist_ok=True)
     runs = {}
     for directory in directories:

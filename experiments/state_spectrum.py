@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from experiments.context_probe import finished_runs, load_best  # noqa: E402
+from experiments.context_probe import load_best, runs_with_best  # noqa: E402
 from experiments.datasets import load_dataset  # noqa: E402
 from experiments.sweep_run import arm_of  # noqa: E402
 from experiments.train import Run, RunConfig  # noqa: E402
@@ -88,7 +88,7 @@ def spectrum_run(directory, length=LENGTH, streams=STREAMS, seed=SEED):
 
 def measure(directories, out, length=LENGTH, streams=STREAMS):
     """Measure every run of ``directories``; write ``out/state_spectrum.json`` and ``.png``; returns the record."""
-    out, directories = Path(out), finished_runs(directories, "the state spectrum")
+    out, directories = Path(out), runs_with_best(directories, "the state spectrum")
     out.mkdir(parents=True, exist_ok=True)
     runs = {}
     for directory in directories:
