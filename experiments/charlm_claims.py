@@ -30,7 +30,8 @@ the study's run: how much more training, at the study's rate or another, still m
 too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape, e.g.
 ``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix at n = 22 and a 225-wide embedding) are
 paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBE_BASELINES``, in a
-table of their own; they are not study arms.
+table of their own; they are not study arms. Where one folder holds probes of two study arms at one shape
+(``probe_shape``), the study's own comparisons between those arms are repeated at that shape.
 """
 
 from __future__ import annotations
@@ -63,16 +64,27 @@ COMPARISONS = (  # (what it tests, arm a, arm b): a − b
 SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}
 PROBES = {"o_width": "the O shape: n and the embedding width", "tb_width": "T and BO with a wider embedding"}
 PROBE_BASELINES = ("rnn-U", "lstm", "gpt")  # after the arm a probe reshapes: the best group arm, the baselines
-RESHAPED = re.compile(r"^(?P<model>rnn-[A-Z]+)\d+-e\d+(?P<variant>(?:-[a-z]+)*?)-lr[0-9.e+-]+$")
+RESHAPED = re.compile(r"^(?P<model>rnn-[A-Z]+)(?P<shape>\d+-e\d+)(?P<variant>(?:-[a-z]+)*?)-lr[0-9.e+-]+$")
+
+
+def _probe_name(probe):
+    match = RESHAPED.match(probe)
+    if match is None:
+        raise ValueError(f"a probe arm is named <arm><n>-e<width>[-variant]-lr<rate>, not {probe!r}")
+    return match
 
 
 def reshaped_arm(probe):
     """The study arm a probe arm reshapes: ``rnn-O22-e225-fix-lr0.001`` -> ``rnn-O-fix``,
     ``rnn-T189-e160-lr0.01`` -> ``rnn-T``; ValueError for a name not of that form."""
-    match = RESHAPED.match(probe)
-    if match is None:
-        raise ValueError(f"a probe arm is named <arm><n>-e<width>[-variant]-lr<rate>, not {probe!r}")
+    match = _probe_name(probe)
     return match["model"] + match["variant"]
+
+
+def probe_shape(probe):
+    """The shape a probe arm gives its study arm: ``rnn-O23-e128-mix-scalar-lr0.001`` -> ``O23-e128``."""
+    match = _probe_name(probe)
+    return match["model"].removeprefix("rnn-") + match["shape"]
 
 
 def unigram_bits(train, test, vocab_size):
@@ -166,8 +178,9 @@ def comparisons(arms, which=COMPARISONS):
 
 def probe_comparisons(folder, arms):
     """``{probe folder: rows}``: each ``PROBES`` folder under ``folder`` with finished runs, each of its arms
-    − the arm it reshapes, then − each of ``PROBE_BASELINES``, as ``comparisons`` rows (the probe's runs
-    joined to ``arms``)."""
+    − the arm it reshapes, then − each of ``PROBE_BASELINES``, then each of ``COMPARISONS`` whose two arms
+    both have probes at one shape, between those probes (``at_one_shape``); as ``comparisons`` rows (the
+    probe's runs joined to ``arms``)."""
     found = {}
     for name, what in PROBES.items():
         if not any((Path(folder) / name).glob("*/final.json")):
@@ -175,8 +188,18 @@ def probe_comparisons(folder, arms):
         probes = load_runs(Path(folder) / name)
         which = [(what, probe, study) for probe in sorted(probes)
                  for study in dict.fromkeys((reshaped_arm(probe), *PROBE_BASELINES))]
-        found[name] = comparisons({**arms, **probes}, which)
+        found[name] = comparisons({**arms, **probes}, which + at_one_shape(probes))
     return found
+
+
+def at_one_shape(probes):
+    """Each study comparison (claim, a, b) of ``COMPARISONS`` repeated between the probes that give arms a
+    and b one shape: ``[("<claim>, at <shape>", probe of a, probe of b), ...]``, by shape."""
+    by_shape = {}
+    for probe in sorted(probes):
+        by_shape.setdefault(probe_shape(probe), {}).setdefault(reshaped_arm(probe), []).append(probe)
+    return [(f"{claim}, at {shape}", first, second) for shape, reshaped in by_shape.items()
+            for claim, a, b in COMPARISONS for first in reshaped.get(a, []) for second in reshaped.get(b, [])]
 
 
 def _last_and_rise(run):

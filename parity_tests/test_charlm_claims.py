@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from experiments.charlm_claims import claims, ngram_bits, paired, reshaped_arm, unigram_bits
+from experiments.charlm_claims import CLAIM_3, claims, ngram_bits, paired, probe_shape, reshaped_arm, unigram_bits
 
 
 def test_the_unigram_level_is_the_add_one_cross_entropy():
@@ -164,6 +164,27 @@ def test_a_probe_outside_the_study_is_paired_with_the_study_arms_in_a_table_of_i
     assert rows[f"{probe} − lstm"]["carried"]["difference"] == pytest.approx(0.45)
     assert "Outside the study (`o_width/`" in markdown
     assert "| the O shape: n and the embedding width | rnn-O22-e225-fix-lr0.001 − rnn-O-fix | 2 | -0.1500 ± " in markdown
+
+
+def test_probes_of_two_study_arms_at_one_shape_repeat_the_study_comparison_between_them(tmp_path):
+    folder = tmp_path / "ptb_char"
+    for seed, (fix, mix, wide_mix) in enumerate(((2.4, 2.2, 2.0), (2.2, 2.1, 1.9))):
+        _run(folder, "rnn-O-fix", seed, 2.5)
+        _run(folder / "o_width", "rnn-O23-e128-fix-lr0.001", seed, fix, carried=fix)
+        _run(folder / "o_width", "rnn-O23-e128-mix-scalar-lr0.001", seed, mix, carried=mix)
+        _run(folder / "o_width", "rnn-O22-e225-mix-scalar-lr0.001", seed, wide_mix)  # another shape: no O-fix twin
+    claims(tmp_path)
+    rows = json.loads((tmp_path / "claims.json").read_text())["ptb_char"]["probes"]["o_width"]
+    repeated = [row for row in rows if ", at " in row["claim"]]
+    assert [(row["claim"], row["comparison"]) for row in repeated] == [
+        (f"{CLAIM_3}, at O23-e128", "rnn-O23-e128-mix-scalar-lr0.001 − rnn-O23-e128-fix-lr0.001")]
+    assert repeated[0]["windowed"]["difference"] == pytest.approx(-0.15)
+    assert repeated[0]["windowed"]["relative_percent"] == pytest.approx(100 * (-0.2 / 2.4 - 0.1 / 2.2) / 2)
+
+
+def test_a_probe_arm_names_its_shape():
+    assert probe_shape("rnn-O23-e128-mix-scalar-lr0.001") == "O23-e128"
+    assert probe_shape("rnn-BO268-e160-lr0.01") == "BO268-e160"
 
 
 @pytest.mark.parametrize("probe, arm", [("rnn-O22-e225-fix-lr0.001", "rnn-O-fix"), ("rnn-T189-e160-lr0.01", "rnn-T"),
