@@ -31,7 +31,8 @@ too. Probes outside the study (``PROBES``: folders of runs of a study arm in ano
 ``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix at n = 22 and a 225-wide embedding) are
 paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBE_BASELINES``, in a
 table of their own; they are not study arms. Where one folder holds probes of two study arms at one shape
-(``probe_shape``), the study's own comparisons between those arms are repeated at that shape.
+(``probe_shape``), each at its study arm's rate, the study's own comparisons between those arms are
+repeated at that shape.
 """
 
 from __future__ import annotations
@@ -188,15 +189,23 @@ def probe_comparisons(folder, arms):
         probes = load_runs(Path(folder) / name)
         which = [(what, probe, study) for probe in sorted(probes)
                  for study in dict.fromkeys((reshaped_arm(probe), *PROBE_BASELINES))]
-        found[name] = comparisons({**arms, **probes}, which + at_one_shape(probes))
+        found[name] = comparisons({**arms, **probes}, which + at_one_shape(probes, arms))
     return found
 
 
-def at_one_shape(probes):
+def _rates(runs):
+    return {run["config"]["train"]["lr"] for run in runs}
+
+
+def at_one_shape(probes, arms):
     """Each study comparison (claim, a, b) of ``COMPARISONS`` repeated between the probes that give arms a
-    and b one shape: ``[("<claim>, at <shape>", probe of a, probe of b), ...]``, by shape."""
+    and b one shape: ``[("<claim>, at <shape>", probe of a, probe of b), ...]``, by shape. A probe trained
+    at another rate than its study arm's (in ``arms``) probes the rate, not the shape, and is left out."""
     by_shape = {}
     for probe in sorted(probes):
+        study = arms.get(reshaped_arm(probe))
+        if study and _rates(probes[probe]) != _rates(study):
+            continue
         by_shape.setdefault(probe_shape(probe), {}).setdefault(reshaped_arm(probe), []).append(probe)
     return [(f"{claim}, at {shape}", first, second) for shape, reshaped in by_shape.items()
             for claim, a, b in COMPARISONS for first in reshaped.get(a, []) for second in reshaped.get(b, [])]

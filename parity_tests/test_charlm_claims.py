@@ -173,6 +173,7 @@ def test_probes_of_two_study_arms_at_one_shape_repeat_the_study_comparison_betwe
         _run(folder / "o_width", "rnn-O23-e128-fix-lr0.001", seed, fix, carried=fix)
         _run(folder / "o_width", "rnn-O23-e128-mix-scalar-lr0.001", seed, mix, carried=mix)
         _run(folder / "o_width", "rnn-O22-e225-mix-scalar-lr0.001", seed, wide_mix)  # another shape: no O-fix twin
+        _run(folder / "o_width", "rnn-O23-e128-fix-lr0.003", seed, 5.0, lr=3e-3)  # not the study's rate: left out
     claims(tmp_path)
     rows = json.loads((tmp_path / "claims.json").read_text())["ptb_char"]["probes"]["o_width"]
     repeated = [row for row in rows if ", at " in row["claim"]]
