@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.datasets import load_dataset
-from experiments.report import NOT_CONVERGED, best_steps, load_runs
+from experiments.report import NOT_CONVERGED, best_steps, learning_rates, load_runs
 from experiments.stats import mean_ci
 
 DEFAULT_DIR = Path("experiments/results/charlm_v2")
@@ -193,20 +193,16 @@ def probe_comparisons(folder, arms):
     return found
 
 
-def _rates(runs):
-    return {run["config"]["train"]["lr"] for run in runs}
-
-
 def at_one_shape(probes, arms):
     """Each study comparison (claim, a, b) of ``COMPARISONS`` repeated between the probes that give arms a
     and b one shape: ``[("<claim>, at <shape>", probe of a, probe of b), ...]``, by shape. A probe trained
     at another rate than its study arm's (in ``arms``) probes the rate, not the shape, and is left out."""
     by_shape = {}
     for probe in sorted(probes):
-        study = arms.get(reshaped_arm(probe))
-        if study and _rates(probes[probe]) != _rates(study):
+        arm = reshaped_arm(probe)
+        if arm in arms and learning_rates(probes[probe]) != learning_rates(arms[arm]):
             continue
-        by_shape.setdefault(probe_shape(probe), {}).setdefault(reshaped_arm(probe), []).append(probe)
+        by_shape.setdefault(probe_shape(probe), {}).setdefault(arm, []).append(probe)
     return [(f"{claim}, at {shape}", first, second) for shape, reshaped in by_shape.items()
             for claim, a, b in COMPARISONS for first in reshaped.get(a, []) for second in reshaped.get(b, [])]
 

@@ -73,6 +73,11 @@ def load_runs(directory):
 NOT_CONVERGED = "†"
 
 
+def learning_rates(runs):
+    """The learning rates ``runs`` trained at (their ``config.json``), sorted, each once."""
+    return sorted({run["config"]["train"]["lr"] for run in runs})
+
+
 def best_steps(runs):
     """The runs' best steps, ``NOT_CONVERGED`` after one that is its run's last evaluation; a run that
     a non-finite loss stopped (``final["stopped"]``) says so; "—": no finite evaluation."""
@@ -97,7 +102,7 @@ def table(arms, speed=None):
         carried = [r["final"].get("test_carried_bits_per_token") for r in runs]
         carried = format_interval(carried) if None not in carried else "—"
         parameters = sorted({r["final"]["parameters"] for r in runs})
-        rates = sorted({r["config"]["train"]["lr"] for r in runs})
+        rates = learning_rates(runs)
         tokens_per_second = (speed or {}).get(arm, np.mean([r["final"]["tokens_per_second"] for r in runs]))
         seconds = np.mean([r["final"].get("train_seconds", np.nan) for r in runs])
         lines.append(f"| {arm} | {len(runs)} | {', '.join(f'{p:,}' for p in parameters)} | "
@@ -179,7 +184,7 @@ def plot_stability(arms, parked, path):
     shown = [arm for arm in arms if any(arm in by_arm for by_arm in parked.values())]
     figure, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6), squeeze=False)
     for axis, arm in zip(axes.flat, shown):
-        rate = sorted({r["config"]["train"]["lr"] for r in arms[arm]})
+        rate = learning_rates(arms[arm])
         plot_seeds(axis, arms[arm], "valid_bits", label=f"lr {', '.join(f'{x:g}' for x in rate)} (used)")
         for label, by_arm in sorted(parked.items()):
             if arm in by_arm:
