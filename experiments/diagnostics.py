@@ -79,7 +79,7 @@ def dynamics(model, tokens):
     coordinates = drive + state_term
     if not torch.isfinite(coordinates).all():  # a diverged model: no spectral norm to take
         return {key: float("nan") for key in DYNAMICS_KEYS}
-    rotation = torch.linalg.matrix_norm(group.hat(cell.mixing(coordinates)), ord=2)  # [B, T]
+    rotation = torch.linalg.matrix_norm(group.hat(cell.bound(cell.mixing(coordinates))), ord=2)  # [B, T]
     result = {"dyn_rotation_mean": rotation.mean().item(), "dyn_rotation_max": rotation.max().item(),
               "dyn_drive_norm": torch.linalg.vector_norm(coordinates, dim=-1).mean().item(),
               "dyn_input_norm": torch.linalg.vector_norm(drive, dim=-1).mean().item(),

@@ -117,7 +117,7 @@ def _first_failure(model, tokens):
     cell, state = model.cell, states[sequence, position - 1][None]
     drive = cell.input_map(model.embedding(tokens[sequence:sequence + 1, position]))
     coordinates = cell.coordinates(model.group.pack(state), drive)
-    update = model.group.hat(cell.mixing(coordinates))[0].double()
+    update = model.group.hat(cell.bound(cell.mixing(coordinates)))[0].double()
     return {"sequence": sequence, "position": position,
             "sigma_max_before": torch.linalg.matrix_norm(before, 2).tolist(),
             "drive_norm": float(drive.norm()), "coordinates_norm": float(coordinates.norm()),

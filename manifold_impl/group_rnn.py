@@ -95,7 +95,7 @@ def fit_input_map(embedding, weight, targets):
 
 
 class GroupRNNCell(nn.Module):
-    """H_t = H_{t-1} · exp(hat(mix(W e_t + U features(H_{t-1}) + b)))."""
+    """H_t = H_{t-1} · exp(hat(bound(mix(W e_t + U features(H_{t-1}) + b))))."""
 
     def __init__(self, config, group, device=None, dtype=None):
         super().__init__()
@@ -130,10 +130,19 @@ class GroupRNNCell(nn.Module):
             return drive
         return drive + self.state_map(self.group.packed_features(state))
 
+    def bound(self, mixed):
+        """Mirror of the reference: θ·tanh(m/θ) with ``update_bound = θ``, m itself without."""
+        theta = self.config.update_bound
+        return mixed if theta is None else theta * torch.tanh(mixed / theta)
+
+    def update(self, mixed):
+        """Mirror of the reference on the packed form: X_t = packed_exp(bound(m_t)) ``[..., *packed]``
+        from the mixed coordinates m_t ``[..., dim]``."""
+        return self.group.packed_exp(self.bound(mixed))
+
     def step(self, state, drive):
         """One update of the packed state ``[B, *packed]`` from the drive ``[B, dim]``."""
-        group = self.group
-        return group.packed_mul(state, group.packed_exp(self.mixing(self.coordinates(state, drive))))
+        return self.group.packed_mul(state, self.update(self.mixing(self.coordinates(state, drive))))
 
     def reproject(self, state, index):
         """Mirror of the reference: nearest(H_t), straight-through, if k divides ``index`` (on the
@@ -166,9 +175,8 @@ def _loop(cell, drive, state, position):
 
 def _scan(cell, drive, state, position):
     """Input-driven updates U_t = exp(hat(mix(d_t))) in one call, then H_0 U_1 ⋯ U_t by a scan."""
-    group = cell.group
-    updates = group.packed_exp(cell.mixing(drive))  # [B, T, *packed]
-    return _prefix_products(group, torch.cat([state[:, None], updates], dim=1))[:, 1:]
+    updates = cell.update(cell.mixing(drive))  # [B, T, *packed]
+    return _prefix_products(cell.group, torch.cat([state[:, None], updates], dim=1))[:, 1:]
 
 
 def _fused(cell, drive, state, position):
@@ -190,7 +198,7 @@ class _FusedRecurrence(torch.autograd.Function):
     BO's blocks, the n×n matrix itself on the dense groups; H below stands for the packed state).
 
     Forward, without a graph: c_t = coordinates(H_{t-1}, d_t), m_t = mix(c_t),
-    X_t = packed_exp(m_t) (= pack(exp(hat(m_t)))), H_t = reproject(H_{t-1} X_t). Only the exponential
+    X_t = cell.update(m_t) (= pack(exp(hat(bound(m_t))))), H_t = reproject(H_{t-1} X_t). Only the update
     records its intermediates (a one-node graph per step, or one for all steps when the update does
     not depend on the state), since its backward (hat's and ``linalg._TaylorExp``'s or the group's
     own closed form) needs them. Kept for the backward: the states (the output itself), c_t
@@ -200,8 +208,8 @@ class _FusedRecurrence(torch.autograd.Function):
     Backward, one reverse loop, ḡ denoting torch's gradient (∂L/∂Re + i ∂L/∂Im):
         ḡ_{H_t} += ∂L/∂H_t                  (re-projection is straight-through: the identity)
         ḡ_{X_t} = H_{t-1}ᴴ ḡ_{H_t},  ḡ_{H_{t-1}} = ḡ_{H_t} X_tᴴ      (H_t = H_{t-1} X_t)
-        ḡ_{m_t} = the VJP of packed_exp at m_t applied to ḡ_{X_t} (on the dense groups hat's adjoint
-                  vee ∘ Π after the exponential's VJP)
+        ḡ_{m_t} = the VJP of packed_exp ∘ bound at m_t applied to ḡ_{X_t} (on the dense groups hat's
+                  adjoint vee ∘ Π after the exponential's VJP; the bound's derivative last)
         ḡ_{c_t} = α ḡ_{m_t} + Q Pᵀ ḡ_{m_t}    (mix(c) = α c + P Qᵀ c)
         ḡ_{H_{t-1}} += packed_features*(Uᵀ ḡ_{c_t})  (recurrent only)
     then in one product each over all steps: ḡ_U = Σ_t ḡ_{c_t} features(H_{t-1})ᵀ, ḡ_α = Σ_t ḡ_{m_t}·c_t,
@@ -221,7 +229,7 @@ class _FusedRecurrence(torch.autograd.Function):
         drive = drive.transpose(0, 1)  # time-major [T, B, dim], as every buffer below: [t] is contiguous
         coordinates = torch.empty_like(drive, memory_format=torch.contiguous_format) if recurrent else drive
         batched = keep_graphs and not recurrent  # every update at once (not when memory is to stay flat)
-        leaves, updates = _exponentials(group, cell.mixing(drive), True) if batched else ([], [])
+        leaves, updates = _exponentials(cell, cell.mixing(drive), True) if batched else ([], [])
         kept, current = {0: state}, state  # keep_state_every: the states the backward does not rebuild
         for t in range(length):
             if recurrent:
@@ -229,7 +237,7 @@ class _FusedRecurrence(torch.autograd.Function):
             if batched:
                 update = updates[t]
             else:
-                leaf, update = _exponentials(group, cell.mixing(coordinates[t]), keep_graphs)
+                leaf, update = _exponentials(cell, cell.mixing(coordinates[t]), keep_graphs)
                 if keep_graphs:
                     leaves.append(leaf)
                     updates.append(update)
@@ -274,7 +282,7 @@ class _FusedRecurrence(torch.autograd.Function):
         for t in reversed(range(length)):
             grad_state = grad_state + grad_states[:, t]
             if rebuild:  # X_t recomputed, with the graph its VJP needs; H_{t-1} kept or rebuilt
-                leaf, update = _exponentials(group, cell.mixing(coordinates[t]), True)
+                leaf, update = _exponentials(cell, cell.mixing(coordinates[t]), True)
                 previous = kept[t] if t in kept else group.packed_mul(current, adjoint(update))
                 current = previous
             else:
@@ -303,19 +311,20 @@ class _FusedRecurrence(torch.autograd.Function):
                 grad_right)
 
 
-def _exponentials(group, mixed, keep_graph):
-    """``(m, packed_exp(m))`` of coordinates m; with ``keep_graph`` m is a leaf and the packed
-    exponential keeps the graph of its VJP."""
+def _exponentials(cell, mixed, keep_graph):
+    """``(m, cell.update(m))`` (= packed_exp(bound(m))) of mixed coordinates m; with ``keep_graph`` m
+    is a leaf and the update keeps the graph of its VJP (the bound's included)."""
     if not keep_graph:
-        return None, group.packed_exp(mixed)
+        return None, cell.update(mixed)
     leaf = mixed.detach().requires_grad_()
     with torch.enable_grad():
-        return leaf, group.packed_exp(leaf)
+        return leaf, cell.update(leaf)
 
 
 def _exponential_vjp(update, leaf, grad_update):
-    """ḡ_m: the VJP of m ↦ packed_exp(m) at ``leaf`` (hat's adjoint vee ∘ Π, then the exponential's own
-    written-out backward on the dense groups; elementwise or per block on T and BO)."""
+    """ḡ_m: the VJP of m ↦ packed_exp(bound(m)) at ``leaf`` (hat's adjoint vee ∘ Π, then the
+    exponential's own written-out backward on the dense groups; elementwise or per block on T and
+    BO; then the bound's θ·tanh(m/θ)′ = 1 − tanh²(m/θ), elementwise)."""
     (grad_mixed,) = torch.autograd.grad(update, leaf, grad_update, retain_graph=True)
     return grad_mixed
 
@@ -464,14 +473,14 @@ class GroupRNN(nn.Module):
 class GroupRNNLayer(nn.Module):
     """A group RNN as a drop-in for ``torch.nn.LSTM`` (mirror of ``reference.group_rnn.GroupRNNLayer``).
 
-    H_t = H_{t-1} · exp(hat(mix(W x_t + U features(H_{t-1}) + b))) from a learnable H_0 ∈ G; the
+    H_t = H_{t-1} · exp(hat(bound(mix(W x_t + U features(H_{t-1}) + b)))) from a learnable H_0 ∈ G; the
     output at every step is features(H_t) (``output_size`` numbers), the state the group element.
 
     Args:
         input_size: F, the length of each input x_t.
         group, n, block: the state space (``reference.config.GROUP_NAMES``; ``block`` for BO).
-        recurrent, reproject_every, mixing, mixing_rank, recurrence, keep_state_every: as in
-            ``reference.config.GroupRNNConfig``.
+        recurrent, reproject_every, mixing, mixing_rank, recurrence, keep_state_every, update_bound: as
+            in ``reference.config.GroupRNNConfig``.
         batch_first: inputs and outputs ``[B, T, ·]`` instead of ``[T, B, ·]``, as in nn.LSTM.
         device, dtype, generator: where, in which real precision, and from which seed.
 
@@ -482,12 +491,13 @@ class GroupRNNLayer(nn.Module):
     """
 
     def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
-                 mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None, device=None,
-                 dtype=None, generator=None):
+                 mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None, update_bound=None,
+                 device=None, dtype=None, generator=None):
         super().__init__()
         self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
                                        reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
-                                       recurrence=recurrence, keep_state_every=keep_state_every)
+                                       recurrence=recurrence, keep_state_every=keep_state_every,
+                                       update_bound=update_bound)
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
         self.batch_first = batch_first

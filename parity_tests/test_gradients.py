@@ -68,12 +68,13 @@ def test_reference_expm_vjp_matches_finite_differences(kind, batch_shape, scale)
 
 
 @pytest.mark.parametrize("group", GROUP_NAMES)
-@pytest.mark.parametrize("readout, mixing", [("linear", "none"), ("prototype", "lowrank")])
-def test_reference_model_gradients_match_finite_differences(group, readout, mixing):
+@pytest.mark.parametrize("readout, mixing, bound", [("linear", "none", None), ("prototype", "lowrank", None),
+                                                   ("linear", "scalar", 0.5)])
+def test_reference_model_gradients_match_finite_differences(group, readout, mixing, bound):
     """Every parameter, one random direction each (reprojection off: its gradient is defined as
     straight-through, which finite differences of an off-group perturbation do not see)."""
     config = GroupRNNConfig(vocab_size=7, group=group, n=4, embedding_dim=5, readout=readout,
-                            mixing=mixing, mixing_rank=2 if mixing == "lowrank" else None)
+                            mixing=mixing, mixing_rank=2 if mixing == "lowrank" else None, update_bound=bound)
     model = GroupRNN(config)
     rng = np.random.default_rng(1)
     params = random_params(model.param_spec(), rng)

@@ -22,6 +22,7 @@ VARIANTS = {
     "prototype-lowrank-reproject": {"readout": "prototype", "mixing": "lowrank", "mixing_rank": 2,
                                     "reproject_every": 2},
     "scalar-nonrecurrent": {"mixing": "scalar", "recurrent": False},
+    "scalar-bound": {"mixing": "scalar", "update_bound": 0.5},
 }
 
 

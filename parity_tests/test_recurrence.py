@@ -22,6 +22,7 @@ OPTIONS = {
     "scalar": {"mixing": "scalar"},
     "lowrank": {"mixing": "lowrank", "mixing_rank": 2},
     "lowrank-reproject": {"mixing": "lowrank", "mixing_rank": 2, "reproject_every": 3},
+    "lowrank-bound": {"mixing": "lowrank", "mixing_rank": 2, "update_bound": 0.5},
 }
 
 
@@ -35,13 +36,15 @@ def generic_model(config, seed=0):
 
 def dense_states(model, tokens, position):
     """H_1..H_T on n×n matrices, one autograd step at a time, from the group's dense operations
-    (exp∘hat, mul, features, nearest): what every recurrence computed before the packed form."""
+    (exp∘hat, mul, features, nearest) and the bound written out: what every recurrence computed
+    before the packed form."""
     cell, group = model.cell, model.group
     drive = cell.input_map(model.embedding(tokens))
     state, states = cell.initial_state.expand(tokens.shape[0], -1, -1), []
     for t in range(tokens.shape[1]):
         c = drive[:, t] if cell.state_map is None else drive[:, t] + cell.state_map(group.features(state))
-        state = group.mul(state, group.exp(group.hat(cell.mixing(c))))
+        m, theta = cell.mixing(c), cell.config.update_bound
+        state = group.mul(state, group.exp(group.hat(m if theta is None else theta * torch.tanh(m / theta))))
         every, index = cell.config.reproject_every, position + t + 1
         if every is not None and index % every == 0:
             state = state + (group.nearest(state.detach()) - state.detach())

@@ -85,6 +85,17 @@ def _validate_recurrence_fields(config):
                              "H_{t-1} = H_t exp(A_t)^-1 in reverse is not an isometry and its rounding error is unbounded")
 
 
+def _validate_update_bound(config):
+    """update_bound of a group RNN config: None, or a positive finite number θ."""
+    bound = config.update_bound
+    if bound is None:
+        return
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)):
+        raise TypeError(f"update_bound must be a number or None, got {type(bound).__name__}")
+    if not (math.isfinite(bound) and bound > 0):
+        raise ValueError(f"update_bound must be a positive finite number (θ in c ← θ·tanh(c/θ)), got {bound}")
+
+
 def _validate_input_init(config):
     """input_init of a group RNN config: ``spread`` needs a compact group (its angles are rotation angles)."""
     _require_choice("input_init", config.input_init, INPUT_INITS)
@@ -144,6 +155,11 @@ class GroupRNNConfig(_GroupState):
             b = 0) or ``spread`` (the default draws, then W, b and, where needed, the embedding set so
             that every token's update has rotation angles drawn uniformly in [0, π]; compact groups
             only; see ``reference.group_rnn.spread_updates`` and ``fit_input_map``).
+        update_bound: θ > 0 bounds every coordinate of the update after mixing, m ← θ·tanh(m/θ), so
+            that |m_k| < θ (None: unbounded, the paper's update). On T a coordinate is a rotation
+            angle, on BO(2) √2 times one (the basis (E_ij − E_ji)/√2), so θ = π, resp. π√2, keeps
+            every angle of a step inside (−π, π); on the other groups it bounds the coordinates,
+            not the angles.
     """
 
     vocab_size: int
@@ -159,6 +175,7 @@ class GroupRNNConfig(_GroupState):
     recurrence: str = "fused"
     keep_state_every: int | None = None
     input_init: str = "default"
+    update_bound: float | None = None
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
@@ -172,6 +189,7 @@ class GroupRNNConfig(_GroupState):
         _validate_mixing_fields(self)
         _validate_recurrence_fields(self)
         _validate_input_init(self)
+        _validate_update_bound(self)
 
 
 def rnn_layer_config(input_size, group, n, **cell_options):

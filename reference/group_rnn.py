@@ -4,6 +4,7 @@ For tokens x_1..x_T with embeddings e_t = E[x_t] ∈ ℝ^F and a learnable H_0 �
 
     c_t = W e_t + U features(H_{t-1}) + b         coordinates of A_t in g, c_t ∈ ℝ^{dim g}
     c_t ← mix(c_t)                                tangent-space mixing (reference.mixing)
+    c_t ← θ·tanh(c_t/θ)                           only with ``update_bound = θ`` (elementwise)
     H_t = H_{t-1} · exp(hat(c_t))                 stays on G
     logits_t = readout(H_t)
 
@@ -159,7 +160,7 @@ def fit_input_map(embedding, weight, targets):
 
 
 class GroupRNNCell:
-    """H_t = H_{t-1} · exp(hat(mix(W e_t + U features(H_{t-1}) + b)))."""
+    """H_t = H_{t-1} · exp(hat(bound(mix(W e_t + U features(H_{t-1}) + b))))."""
 
     def __init__(self, config, group):
         self.config, self.group = config, group
@@ -197,10 +198,20 @@ class GroupRNNCell:
             return drive
         return drive + self.features(state) @ params["state_map.weight"].T
 
+    def bound(self, mixed):
+        """θ·tanh(m/θ) elementwise with ``update_bound = θ`` (every |coordinate| < θ), m itself
+        without: ``[..., dim] -> [..., dim]``, from the mixed coordinates to those of A_t."""
+        theta = self.config.update_bound
+        return mixed if theta is None else theta * anp.tanh(mixed / theta)
+
+    def update(self, mixed):
+        """exp(A_t) = exp(hat(bound(m_t))) ``[..., n, n]`` from the mixed coordinates m_t ``[..., dim]``."""
+        return self.group.exp(self.group.hat(self.bound(mixed)))
+
     def step(self, params, state, drive):
         """One update. ``state: [B, n, n]``, ``drive: [B, dim]`` (d_t) -> next state ``[B, n, n]``."""
         c = self.mixing(sub_params(params, "mixing."), self.coordinates(params, state, drive))
-        return self.group.mul(state, self.group.exp(self.group.hat(c)))
+        return self.group.mul(state, self.update(c))
 
     def reproject(self, state, index):
         """nearest(H_t) with an identity gradient (straight-through) if k divides the step index
@@ -308,18 +319,19 @@ class GroupRNN(SpecModel):
 class GroupRNNLayer(SpecModel):
     """The group RNN cell as a sequence layer (mirror of the torch ``GroupRNNLayer``).
 
-    For inputs x_1..x_T ∈ ℝ^F (``input_size`` F): H_t = H_{t-1} · exp(hat(mix(W x_t + U features(H_{t-1})
-    + b))) as in ``GroupRNNCell``; the outputs are y_t = features(H_t) ∈ ℝ^m (m = ``output_size``),
-    and the final state H_T.
+    For inputs x_1..x_T ∈ ℝ^F (``input_size`` F): H_t = H_{t-1} · exp(hat(bound(mix(W x_t +
+    U features(H_{t-1}) + b)))) as in ``GroupRNNCell``; the outputs are y_t = features(H_t) ∈ ℝ^m
+    (m = ``output_size``), and the final state H_T.
 
     Parameters: the cell's, under ``cell.`` (see the module docstring).
     """
 
     def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
-                 mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None):
+                 mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None, update_bound=None):
         self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
                                        reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
-                                       recurrence=recurrence, keep_state_every=keep_state_every)
+                                       recurrence=recurrence, keep_state_every=keep_state_every,
+                                       update_bound=update_bound)
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
         self.batch_first = batch_first
