@@ -27,8 +27,9 @@ and each arm's best steps, flagged where a best step is the run's last evaluatio
 has runs trained longer (``convergence/<arm>[-lr<rate>]-steps<N>-seed<s>``), a table sets them beside
 the study's run: how much more training, at the study's rate or another, still moves the test bits
 (``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test
-too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape, e.g.
-``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix at n = 22 and a 225-wide embedding) are
+too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape or with
+an update bound, e.g. ``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix at n = 22 and a
+225-wide embedding, or ``bound/rnn-T207-e32-bound3.1416-lr0.01-seed0``, T with θ = 3.1416) are
 paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBE_BASELINES``, in a
 table of their own; they are not study arms. Where one folder holds probes of two study arms at one shape
 (``probe_shape``), each at its study arm's rate, the study's own comparisons between those arms are
@@ -63,15 +64,17 @@ COMPARISONS = (  # (what it tests, arm a, arm b): a − b
     ("the fix of item 2", "rnn-O-fix", "rnn-O"),
     ("the O shape: n = 16, wide embedding", "rnn-O16-fix", "rnn-O-fix"))
 SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}
-PROBES = {"o_width": "the O shape: n and the embedding width", "tb_width": "T and BO with a wider embedding"}
+PROBES = {"o_width": "the O shape: n and the embedding width", "tb_width": "T and BO with a wider embedding",
+          "bound": "T and BO with every step's angles bounded (update_bound)"}
 PROBE_BASELINES = ("rnn-U", "lstm", "gpt")  # after the arm a probe reshapes: the best group arm, the baselines
-RESHAPED = re.compile(r"^(?P<model>rnn-[A-Z]+)(?P<shape>\d+-e\d+)(?P<variant>(?:-[a-z]+)*?)-lr[0-9.e+-]+$")
+RESHAPED = re.compile(r"^(?P<model>rnn-[A-Z]+)(?P<shape>\d+-e\d+)(?P<variant>(?:-[a-z]+)*?)"
+                      r"(?P<bound>-bound[0-9.]+)?-lr[0-9.e+-]+$")
 
 
 def _probe_name(probe):
     match = RESHAPED.match(probe)
     if match is None:
-        raise ValueError(f"a probe arm is named <arm><n>-e<width>[-variant]-lr<rate>, not {probe!r}")
+        raise ValueError(f"a probe arm is named <arm><n>-e<width>[-variant][-bound<θ>]-lr<rate>, not {probe!r}")
     return match
 
 
@@ -83,9 +86,11 @@ def reshaped_arm(probe):
 
 
 def probe_shape(probe):
-    """The shape a probe arm gives its study arm: ``rnn-O23-e128-mix-scalar-lr0.001`` -> ``O23-e128``."""
+    """The shape a probe arm gives its study arm, with its update bound if it has one:
+    ``rnn-O23-e128-mix-scalar-lr0.001`` -> ``O23-e128``, ``rnn-T207-e32-bound3.1416-lr0.01`` ->
+    ``T207-e32-bound3.1416``."""
     match = _probe_name(probe)
-    return match["model"].removeprefix("rnn-") + match["shape"]
+    return match["model"].removeprefix("rnn-") + match["shape"] + (match["bound"] or "")
 
 
 def unigram_bits(train, test, vocab_size):

@@ -186,11 +186,14 @@ def test_probes_of_two_study_arms_at_one_shape_repeat_the_study_comparison_betwe
 def test_a_probe_arm_names_its_shape():
     assert probe_shape("rnn-O23-e128-mix-scalar-lr0.001") == "O23-e128"
     assert probe_shape("rnn-BO268-e160-lr0.01") == "BO268-e160"
+    assert probe_shape("rnn-T207-e32-bound3.1416-lr0.01") == "T207-e32-bound3.1416"
 
 
 @pytest.mark.parametrize("probe, arm", [("rnn-O22-e225-fix-lr0.001", "rnn-O-fix"), ("rnn-T189-e160-lr0.01", "rnn-T"),
                                         ("rnn-BO268-e160-lr0.01", "rnn-BO"), ("rnn-O23-e97-mix-scalar-lr1e-3",
-                                                                              "rnn-O-mix-scalar")])
+                                                                              "rnn-O-mix-scalar"),
+                                        ("rnn-BO288-e32-bound4.4429-lr0.01", "rnn-BO"),
+                                        ("rnn-O23-e128-mix-scalar-bound2-lr0.001", "rnn-O-mix-scalar")])
 def test_a_probe_arm_names_the_study_arm_it_reshapes(probe, arm):
     assert reshaped_arm(probe) == arm
 
