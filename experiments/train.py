@@ -10,7 +10,8 @@ Models: the keys of ``experiments.models.MODEL_CONFIGS``; tasks: ``experiments.t
 Every ``--key value`` sets a field of ``TrainConfig`` (``--lr 1e-3``), of the task's config
 (``--dataset ptb_char``, ``--length 64``) or of the model's config (``--n 16``); the three share no
 field name, and unknown keys are refused. ``--preset SWEEP/RUN`` takes model, task and options
-from run RUN of a sweep (``experiments.sweeps``); further pairs override them.
+from run RUN of a sweep (``experiments.sweeps``), at its arm's chosen rate where the sweep has
+chosen one (``preset_argv``); further pairs override them.
 
 One loop for every task: AdamW on Euclidean parameters and RiemannianAdam on group-valued ones
 (``geoopt.ManifoldParameter``), a group RNN's input and state maps at their n-aware rates unless
@@ -59,8 +60,9 @@ from experiments.diagnostics import DIAGNOSTIC_PREFIXES, dynamics, gradient_norm
 from experiments.models import MODEL_CONFIGS, build_model
 from experiments.params_budget import count_parameters
 from experiments.provenance import write_provenance
-from experiments.sweeps import load_runs
+from experiments.sweeps import load_sweep
 from experiments.tasks import task_class
+from experiments.tuning import with_chosen_rates
 from manifold_impl.group_rnn import GroupRNNCell
 from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
@@ -529,14 +531,22 @@ def build_parser():
 
 
 def preset_argv(preset):
-    """``--model M --task T --key value ...`` of run RUN in ``SWEEP/RUN`` (a preset, module or sweep file)."""
+    """``--model M --task T --key value ...`` of run RUN in ``SWEEP/RUN`` (a preset, module or sweep file).
+
+    A sweep that tunes its rates (``TUNING``) and has chosen them (``chosen_rates.json`` in its ``OUT``)
+    gives the run its arm's chosen rate, as the sweep trained it; before the choice, the placeholder."""
     sweep, _, name = preset.rpartition("/")
     if not sweep or not name:
         raise ValueError(f"--preset takes SWEEP/RUN (for example charlm-ptb/rnn-O-seed0), got {preset!r}")
-    runs = {run.name: run for run in load_runs(sweep)}
+    loaded = load_sweep(sweep)
+    runs = {run.name: run for run in loaded.runs}
     if name not in runs:
         raise ValueError(f"no run {name!r} in {sweep}; it has: {', '.join(sorted(runs)[:8])}, ...")
-    return runs[name].argv()
+    run = runs[name]
+    chosen = None if loaded.tuning is None or loaded.out is None else Path(loaded.out) / "chosen_rates.json"
+    if chosen is not None and chosen.exists():
+        run = (with_chosen_rates([run], json.loads(chosen.read_text()))[0] or [run])[0]
+    return run.argv()
 
 
 def main(argv=None):

@@ -1,11 +1,13 @@
 """Training runs: configuration, run directory, and exact resumption after a kill."""
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -123,6 +125,39 @@ def test_a_preset_run_trains_with_overrides(tmp_path):
     config = json.loads((recall_dir / "config.json").read_text())
     assert config["train"]["task"] == "recall" and config["model"]["read"] == "ns" and config["train"]["clip"] is None
     assert config["train"]["weight_decay"] == 0.01 and config["task"]["vocab_size"] == 48
+
+
+TUNED_PRESET = """
+from experiments.sweep_run import SweepRun, Tuning
+OUT = {out!r}
+TUNING = Tuning(rates=(1e-3, 3e-2))
+RUNS = [SweepRun("lstm-seed0", "lstm", "lm", {{"lr": 1e-3, "seed": 0}})]
+"""
+
+
+def _lr(argv):
+    return float(argv[argv.index("--lr") + 1])
+
+
+def test_a_tuned_presets_run_takes_its_arms_chosen_rate_once_chosen(tmp_path):
+    sweep = tmp_path / "tuned.py"
+    sweep.write_text(TUNED_PRESET.format(out=str(tmp_path / "out")))
+    assert _lr(train.preset_argv(f"{sweep}/lstm-seed0")) == 1e-3  # not chosen yet: the placeholder
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "chosen_rates.json").write_text(json.dumps({"lstm": {"lr": 3e-2}}))
+    assert _lr(train.preset_argv(f"{sweep}/lstm-seed0")) == 3e-2
+
+
+@pytest.mark.parametrize("dataset, preset", [("ptb_char", "charlm-v2-ptb"), ("shakespeare", "charlm-v2-shakespeare")])
+def test_the_preset_of_every_committed_v2_study_run_rebuilds_its_config(dataset, preset):
+    """``--preset charlm-v2-<dataset>/<run>`` gives the committed run's config, its arm's chosen rate included."""
+    configs = sorted((Path("experiments/results/charlm_v2") / dataset).glob("*/config.json"))
+    assert len(configs) == 33  # 11 arms × 3 seeds
+    for path in configs:
+        args, rest = train.build_parser().parse_known_args(train.preset_argv(f"{preset}/{path.parent.name}"))
+        built = train.build_config(args.model, args.task, train.parse_options(args.model, args.task, rest))
+        built = dataclasses.replace(built, train=dataclasses.replace(built.train, device="cpu"))
+        assert built == train.RunConfig.from_json(json.loads(path.read_text())), path.parent.name
 
 
 class RunsCodeWhenUnpickled:

@@ -38,8 +38,9 @@ chosen when each run starts.
     python -m experiments.sweep charlm-v2-shakespeare      # then: python -m experiments.report DIR
     python -m experiments.sweep charlm-v2-ptb
 
-(``python -m experiments.train --preset charlm-v2-ptb/rnn-O-seed0`` trains one run at the
-placeholder rate ``TRAINING["lr"]``; give ``--lr`` the arm's rate from ``chosen_rates.json``.)
+(``python -m experiments.train --preset charlm-v2-ptb/rnn-O-seed0`` trains one run at the arm's
+rate in ``chosen_rates.json``, as the sweep did; before the sweep has chosen it, at the placeholder
+``TRAINING["lr"]``.)
 
 Cost (one thread, 32 × 128, median of 4 steps, measured at commit e93958d beside a 2-worker sweep
 on the shared 2-core machine), seconds per step: LSTM 0.11, GPT 0.14, O 0.43, O scalar 0.44, U 0.63,
