@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.datasets import load_dataset
-from experiments.report import NOT_CONVERGED, best_steps, learning_rates, load_runs
+from experiments.report import NOT_CONVERGED, best_steps, learning_rates, load_runs, plt, plot_seeds
 from experiments.stats import mean_ci
 
 DEFAULT_DIR = Path("experiments/results/charlm_v2")
@@ -67,6 +67,9 @@ SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_t
 PROBES = {"o_width": "the O shape: n and the embedding width", "tb_width": "T and BO with a wider embedding",
           "bound": "T and BO with every step's angles bounded (update_bound)"}
 PROBE_BASELINES = ("rnn-U", "lstm", "gpt")  # after the arm a probe reshapes: the best group arm, the baselines
+PROBE_FIGURE = "curves.png"  # in each probe folder: its arms over training beside the study arms they reshape
+PROBE_CURVES = (("valid_bits", "validation bits per character"),
+                ("dyn_rotation_mean", "rotation per step ‖A_t‖₂, mean over positions (rad)"))
 RESHAPED = re.compile(r"^(?P<model>rnn-[A-Z]+)(?P<shape>\d+-e\d+)(?P<variant>(?:-[a-z]+)*?)"
                       r"(?P<bound>-bound[0-9.]+)?-lr[0-9.e+-]+$")
 
@@ -186,7 +189,7 @@ def probe_comparisons(folder, arms):
     """``{probe folder: rows}``: each ``PROBES`` folder under ``folder`` with finished runs, each of its arms
     − the arm it reshapes, then − each of ``PROBE_BASELINES``, then each of ``COMPARISONS`` whose two arms
     both have probes at one shape, between those probes (``at_one_shape``); as ``comparisons`` rows (the
-    probe's runs joined to ``arms``)."""
+    probe's runs joined to ``arms``). Also draws each folder's ``PROBE_FIGURE`` (``plot_probes``)."""
     found = {}
     for name, what in PROBES.items():
         if not any((Path(folder) / name).glob("*/final.json")):
@@ -195,6 +198,7 @@ def probe_comparisons(folder, arms):
         which = [(what, probe, study) for probe in sorted(probes)
                  for study in dict.fromkeys((reshaped_arm(probe), *PROBE_BASELINES))]
         found[name] = comparisons({**arms, **probes}, which + at_one_shape(probes, arms))
+        plot_probes(probes, arms, Path(folder) / name / PROBE_FIGURE)
     return found
 
 
@@ -333,9 +337,31 @@ def probes_markdown(found):
     """Each probe folder's comparisons as a table of its own."""
     lines = []
     for name, rows in found.items():
-        lines += ["", f"Outside the study (`{name}/`, not a study arm; its runs paired by seed with the study's):",
-                  "", *comparison_lines(rows, "probe")]
+        lines += ["", f"Outside the study (`{name}/`, not a study arm; its runs paired by seed with the study's; "
+                  f"curves: `{name}/{PROBE_FIGURE}`):", "", *comparison_lines(rows, "probe")]
     return "\n".join(lines) + "\n"
+
+
+def plot_probes(probes, arms, path):
+    """Each probe arm (solid) and each study arm it reshapes (dashed) over training, mean over seeds:
+    validation bits and the rotation per step (``PROBE_CURVES``)."""
+    shown = {**{f"{arm} (study)": arms[arm] for arm in dict.fromkeys(map(reshaped_arm, sorted(probes))) if arm in arms},
+             **{probe: probes[probe] for probe in sorted(probes)}}
+    colors = plt.get_cmap("tab20").colors
+    figure, axes = plt.subplots(1, len(PROBE_CURVES), figsize=(6.5 * len(PROBE_CURVES), 4.5))
+    for axis, (key, label) in zip(axes, PROBE_CURVES):
+        for index, (name, runs) in enumerate(shown.items()):
+            plot_seeds(axis, runs, key, label=f"{name} ({len(runs)})", color=colors[index % len(colors)],
+                       linestyle="--" if name.endswith("(study)") else "-")
+        axis.set_xlabel("step", fontsize=8)
+        axis.set_ylabel(label, fontsize=8)
+        if axis.lines:
+            axis.legend(fontsize=6)
+    figure.suptitle(f"{Path(path).parent.name}/: probes and the study arms they reshape (mean over the seeds in "
+                    "brackets)", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def claims(directory=DEFAULT_DIR):

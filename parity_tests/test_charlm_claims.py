@@ -151,7 +151,7 @@ def test_a_probe_outside_the_study_is_paired_with_the_study_arms_in_a_table_of_i
     for seed, (study, lstm, probe) in enumerate(((2.5, 1.8, 2.3), (2.4, 1.7, 2.3))):
         _run(folder, "rnn-O-fix", seed, study, carried=study)
         _run(folder, "lstm", seed, lstm, carried=lstm)
-        _run(folder / "o_width", "rnn-O22-e225-fix-lr0.001", seed, probe, carried=probe - 0.1)
+        _run(folder / "o_width", "rnn-O22-e225-fix-lr0.001", seed, probe, carried=probe - 0.1, valid=(3.0, probe))
     _run(folder / "o_width", "rnn-O22-e225-fix-lr0.001", 5, 1.0)  # no study twin: left out of the pairing
     markdown = claims(tmp_path)
     record = json.loads((tmp_path / "claims.json").read_text())["ptb_char"]
@@ -163,6 +163,7 @@ def test_a_probe_outside_the_study_is_paired_with_the_study_arms_in_a_table_of_i
     assert rows[f"{probe} − rnn-O-fix"]["windowed"]["difference"] == pytest.approx(-0.15)
     assert rows[f"{probe} − lstm"]["carried"]["difference"] == pytest.approx(0.45)
     assert "Outside the study (`o_width/`" in markdown
+    assert (folder / "o_width" / "curves.png").stat().st_size > 0
     assert "| the O shape: n and the embedding width | rnn-O22-e225-fix-lr0.001 − rnn-O-fix | 2 | -0.1500 ± " in markdown
 
 
