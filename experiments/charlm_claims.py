@@ -65,7 +65,8 @@ COMPARISONS = (  # (what it tests, arm a, arm b): a − b
     ("the O shape: n = 16, wide embedding", "rnn-O16-fix", "rnn-O-fix"))
 SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}
 PROBES = {"o_width": "the O shape: n and the embedding width", "tb_width": "T and BO with a wider embedding",
-          "bound": "T and BO with every step's angles bounded (update_bound; without it: the control)"}
+          "bound": "T and BO with every step's angles bounded (update_bound; without it: the control)",
+          "rate": "a study arm at another rate of the search's grid, trained the full length"}
 PROBE_BASELINES = ("rnn-U", "lstm", "gpt")  # after the arm a probe reshapes: the best group arm, the baselines
 PROBE_FIGURE = "curves.png"  # in each probe folder: its arms over training beside the study arms they reshape
 PROBE_CURVES = (("valid_bits", "validation bits per character"),
