@@ -545,7 +545,8 @@ def preset_argv(preset):
     run = runs[name]
     chosen = None if loaded.tuning is None or loaded.out is None else Path(loaded.out) / "chosen_rates.json"
     if chosen is not None and chosen.exists():
-        run = (with_chosen_rates([run], json.loads(chosen.read_text()))[0] or [run])[0]
+        tuned, _ = with_chosen_rates([run], json.loads(chosen.read_text()))  # empty where the arm has no rate yet
+        run = tuned[0] if tuned else run
     return run.argv()
 
 

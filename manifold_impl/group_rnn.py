@@ -174,7 +174,7 @@ def _loop(cell, drive, state, position):
 
 
 def _scan(cell, drive, state, position):
-    """Input-driven updates U_t = exp(hat(mix(d_t))) in one call, then H_0 U_1 ⋯ U_t by a scan."""
+    """Input-driven updates U_t = exp(hat(bound(mix(d_t)))) in one call, then H_0 U_1 ⋯ U_t by a scan."""
     updates = cell.update(cell.mixing(drive))  # [B, T, *packed]
     return _prefix_products(cell.group, torch.cat([state[:, None], updates], dim=1))[:, 1:]
 
