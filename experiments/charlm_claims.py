@@ -27,9 +27,10 @@ and each arm's best steps, flagged where a best step is the run's last evaluatio
 has runs trained longer (``convergence/<arm>[-lr<rate>]-steps<N>-seed<s>``), a table sets them beside
 the study's run: how much more training, at the study's rate or another, still moves the test bits
 (``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test
-too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape or with
-an update bound, e.g. ``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix at n = 22 and a
-225-wide embedding, or ``bound/rnn-T207-e32-bound3.1416-lr0.01-seed0``, T with θ = 3.1416) are
+too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape, with
+an update bound or at another rate, e.g. ``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix
+at n = 22 and a 225-wide embedding, or ``bound/rnn-T207-e32-bound3.1416-lr0.01-seed0``, T with
+θ = 3.1416) are
 paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBE_BASELINES``, in a
 table of their own; they are not study arms. Where one folder holds probes of two study arms at one shape
 (``probe_shape``), each at its study arm's rate, the study's own comparisons between those arms are
