@@ -32,8 +32,8 @@ group-valued tensors). A training loss that is not finite ends the run: the mode
 completed step is evaluated like any other (into ``metrics.jsonl``, and kept if it is the best), and
 ``final.json`` says why under ``stopped`` (``steps``: the steps completed; with no finite
 evaluation ``best_step`` is null and the last model is tested).
-A run killed at any point and continued with ``--resume`` produces the same metrics as an
-uninterrupted one on the CPU (tested). Progress goes to stderr: a bar on a terminal, otherwise one
+A run killed at any point and continued with ``--resume`` produces the same metrics and
+parameters as an uninterrupted one, bit for bit, on the CPU (tested). Progress goes to stderr: a bar on a terminal, otherwise one
 plain line per evaluation.
 """
 

@@ -34,8 +34,8 @@ def problem(name, seed=0):
 
 
 def run_torch(name, params, grads, make_optimizer):
-    x = group_parameter(torch.from_numpy(params["x"]), torch_group(name, 4))
-    w = torch.nn.Parameter(torch.from_numpy(params["w"]))
+    x = group_parameter(torch.from_numpy(params["x"]).clone(), torch_group(name, 4))  # params stay as given
+    w = torch.nn.Parameter(torch.from_numpy(params["w"]).clone())
     optimizer = make_optimizer([x, w])
     for g in grads:
         x.grad, w.grad = torch.from_numpy(g["x"]).clone(), torch.from_numpy(g["w"]).clone()
@@ -56,6 +56,29 @@ def test_riemannian_adam_matches_geoopt_over_several_steps(name, weight_decay):
     for key in ours:
         assert relative_error(theirs[key], ours[key]) <= PARITY["float64"]["gradient"], key
     assert group.is_member(ours["x"])
+
+
+@pytest.mark.parametrize("name", GROUP_NAMES)
+def test_riemannian_adam_resumes_bitwise_from_its_state_dict(name):
+    """One step, then a fresh optimizer loads its state_dict and takes two more: bit for bit the
+    uninterrupted three. (torch's Adam.__setstate__ turns geoopt's int step count into a float32
+    tensor, and the bias corrections 1 − βᵗ with it, unless the count is cast back.)"""
+    _, _, params, grads = problem(name, seed=2)
+    saved = {}
+
+    def keep(p):
+        saved["optimizer"] = TorchRiemannianAdam(p, lr=0.05)
+        return saved["optimizer"]
+
+    def resume(p):
+        optimizer = TorchRiemannianAdam(p, lr=0.05)
+        optimizer.load_state_dict(saved["optimizer"].state_dict())
+        return optimizer
+
+    uninterrupted = run_torch(name, params, grads, lambda p: TorchRiemannianAdam(p, lr=0.05))
+    resumed = run_torch(name, run_torch(name, params, grads[:1], keep), grads[1:], resume)
+    for key in uninterrupted:
+        np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
 
 
 @pytest.mark.parametrize("name", GROUP_NAMES)

@@ -32,10 +32,12 @@ SCALED_ARGS = [*ARGS[:5], "O", "--n", "17", *ARGS[8:]]
 
 
 @pytest.mark.parametrize("args, keys", [(ARGS, ("train_bits", "valid_bits")),
+                                        ([*ARGS, "--dtype", "float64"], ("train_bits", "valid_bits")),
                                         (SCALED_ARGS, ("train_bits", "valid_bits")),
                                         (RECALL_ARGS, ("train_loss", "valid_accuracy"))],
-                         ids=["lm", "lm-scaled-maps", "recall"])
+                         ids=["lm", "lm-float64", "lm-scaled-maps", "recall"])
 def test_a_killed_run_resumes_to_the_same_metrics(tmp_path, args, keys):
+    """SIGKILL after the first checkpoint, then --resume: metrics and parameters bit for bit."""
     uninterrupted, killed = tmp_path / "uninterrupted", tmp_path / "killed"
     assert train.main([*args, "--run-dir", str(uninterrupted)]) == 0
 
