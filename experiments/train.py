@@ -2,7 +2,7 @@
 
     python -m experiments.train --model group_rnn --dataset ptb_char --group O --n 16 --steps 2000
     python -m experiments.train --model mlstm --task recall --vocab-size 48 --length 64 --read ns
-    python -m experiments.train --resume runs/my-run
+    python -m experiments.train --resume runs/my-run [--steps 4000]
     python -m experiments.train --preset charlm-ptb/rnn-U-seed0 --steps 100   # one run of a preset
 
 Models: the keys of ``experiments.models.MODEL_CONFIGS``; tasks: ``experiments.tasks.task_classes()``
@@ -33,7 +33,10 @@ completed step is evaluated like any other (into ``metrics.jsonl``, and kept if 
 ``final.json`` says why under ``stopped`` (``steps``: the steps completed; with no finite
 evaluation ``best_step`` is null and the last model is tested).
 A run killed at any point and continued with ``--resume`` produces the same metrics and
-parameters as an uninterrupted one, bit for bit, on the CPU (tested). Progress goes to stderr: a bar on a terminal, otherwise one
+parameters as an uninterrupted one, bit for bit, on the CPU (tested). The checkpoint holds the
+run's configuration; a resume refuses any other (an edited ``config.json`` included), except for
+``RESUME_OVERRIDES`` given after ``--resume DIR`` (``--steps`` at least the checkpoint's step),
+which ``config.json`` and ``resumes.jsonl`` record. Progress goes to stderr: a bar on a terminal, otherwise one
 plain line per evaluation.
 """
 
@@ -59,7 +62,7 @@ from tqdm import tqdm
 from experiments.diagnostics import DIAGNOSTIC_PREFIXES, dynamics, gradient_norms
 from experiments.models import MODEL_CONFIGS, build_model
 from experiments.params_budget import count_parameters
-from experiments.provenance import write_provenance
+from experiments.provenance import git_revision, write_provenance
 from experiments.sweeps import load_sweep
 from experiments.tasks import task_class
 from experiments.tuning import with_chosen_rates
@@ -69,6 +72,9 @@ from manifold_impl.optim import RiemannianAdam
 from reference.config import map_lr_scales
 
 SCHEDULES = ("constant", "cosine")
+# The TrainConfig fields a resume may change (``--resume DIR --steps 2000``): they decide how far and
+# where the run goes and how often it reports, not what any completed step computed.
+RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device")
 MAP_LRS = ("n_aware", "plain")
 DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
 DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
@@ -301,6 +307,43 @@ def atomic_save(obj, path):
     os.replace(temporary, path)
 
 
+def atomic_write_text(text, path):
+    """Write ``text`` to a temporary file in the same directory, then rename over ``path``."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def config_differences(saved, config):
+    """``{"part.field": (saved value, new value)}`` where two RunConfigs differ (compared as JSON)."""
+    before, after = (json.loads(json.dumps(c.to_json())) for c in (saved, config))
+    return {f"{part}.{name}": (before[part].get(name), after[part].get(name))
+            for part in before for name in sorted(set(before[part]) | set(after[part]))
+            if before[part].get(name) != after[part].get(name)}
+
+
+def check_resumable(saved, config, step, directory):
+    """Refuse to resume the checkpoint of ``saved`` (at ``step``) as ``config``; the changed overrides.
+
+    Returns:
+        ``config_differences(saved, config)``, all of them ``RESUME_OVERRIDES``.
+
+    Raises:
+        ValueError: a field other than ``RESUME_OVERRIDES`` differs (an edited ``config.json``, or
+            another run's configuration), named in the message; or ``steps`` below ``step``.
+    """
+    differences = config_differences(saved, config)
+    allowed = {f"train.{name}" for name in RESUME_OVERRIDES}
+    refused = {key: values for key, values in differences.items() if key not in allowed}
+    if refused:
+        listed = "; ".join(f"{key} is {new!r} here but {old!r} in the checkpoint" for key, (old, new) in refused.items())
+        raise ValueError(f"cannot resume {directory}: {listed}. A resume may change only "
+                         f"{', '.join('--' + n.replace('_', '-') for n in RESUME_OVERRIDES)}")
+    if config.train.steps < step:
+        raise ValueError(f"cannot resume {directory} with steps {config.train.steps}: its checkpoint is at step {step}")
+    return differences
+
+
 def load_checkpoint_file(path, device):
     """A checkpoint's contents, loaded with ``weights_only=True`` (tensors and plain data only).
 
@@ -372,14 +415,15 @@ class Run:
         write_provenance(self.directory, "experiments.train", argv)
 
     def save_checkpoint(self):
-        atomic_save({"step": self.step, "model": self.model.state_dict(),
+        atomic_save({"step": self.step, "config": json.dumps(self.config.to_json()), "model": self.model.state_dict(),
                      "optimizers": self.optimizers.state_dict(),
                      "numpy_rng": json.dumps(self.rng.bit_generator.state),
                      "torch_rng": torch.get_rng_state(), **({"best": self.best} if self.best else {})},
                     self.checkpoint_path)
 
-    def load_checkpoint(self):
-        state = load_checkpoint_file(self.checkpoint_path, self.train.device)
+    def load_checkpoint(self, state=None):
+        """Continue from ``checkpoint.pt``; ``state``: its contents, if already loaded (``load_checkpoint_file``)."""
+        state = load_checkpoint_file(self.checkpoint_path, self.train.device) if state is None else state
         self.model.load_state_dict(state["model"])
         self.optimizers.load_state_dict(state["optimizers"])
         self.rng.bit_generator.state = json.loads(state["numpy_rng"])
@@ -490,19 +534,31 @@ def run(config, directory, argv=None):
     ``device: auto`` is resolved here, on the machine that runs. ``argv``: the command recorded in
     ``command.txt`` (default: the equivalent ``experiments.train`` command line).
 
+    A directory with a checkpoint resumes from it (``check_resumable``: its configuration may
+    differ only in ``RESUME_OVERRIDES``); ``config.json`` then records the configuration resumed
+    with, and ``resumes.jsonl`` one line per resume: its step, the overrides (field: [before, after]),
+    the git revision and ``argv``.
+
     Raises:
-        ValueError: ``directory`` holds a checkpoint of a different run.
+        ValueError: ``directory`` holds a checkpoint of a different configuration.
     """
     directory = Path(directory)
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, device=resolve_device(config.train.device)))
-    training = Run(directory, config)
-    if training.checkpoint_path.exists():
-        saved = RunConfig.from_json(json.loads((directory / "config.json").read_text()))  # fields added since: defaults
-        if json.loads(json.dumps(saved.to_json())) != json.loads(json.dumps(config.to_json())):
-            raise ValueError(f"{directory} holds a checkpoint of a different run (see its config.json)")
-        training.load_checkpoint()
+    checkpoint = directory / "checkpoint.pt"
+    if checkpoint.exists():
+        state = load_checkpoint_file(checkpoint, config.train.device)
+        recorded = json.loads(state["config"]) if "config" in state else \
+            json.loads((directory / "config.json").read_text())  # a checkpoint written before it held its config
+        overrides = check_resumable(RunConfig.from_json(recorded), config, state["step"], directory)
+        training = Run(directory, config)
+        training.load_checkpoint(state)
+        atomic_write_text(json.dumps(config.to_json(), indent=2), directory / "config.json")
+        with open(directory / "resumes.jsonl", "a") as handle:
+            handle.write(json.dumps({"step": state["step"], "overrides": overrides, "git_revision": git_revision(),
+                                     "command": command_line(config, directory) if argv is None else argv}) + "\n")
     else:
+        training = Run(directory, config)
         for stale in ("metrics.jsonl", "best.pt"):  # from an attempt that died before its first checkpoint
             (directory / stale).unlink(missing_ok=True)
         training.save_config(command_line(config, directory) if argv is None else argv)
@@ -523,7 +579,7 @@ def command_line(config, directory):
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m experiments.train", description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODEL_CONFIGS))
-    parser.add_argument("--task", default="lm")
+    parser.add_argument("--task", default=None, help="default: lm")
     parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<model>-<task>-seed<seed>")
     parser.add_argument("--resume", type=Path, default=None, help="continue the run in this directory")
     parser.add_argument("--preset", default=None, help="SWEEP/RUN: one training run of a sweep preset or file")
@@ -550,6 +606,27 @@ def preset_argv(preset):
     return run.argv()
 
 
+def resume_config(directory, pairs):
+    """The RunConfig in ``directory/config.json`` with ``pairs`` (``--steps 2000 ...``) applied.
+
+    Raises:
+        ValueError: ``directory`` has no ``config.json``; an option that is unknown or that a
+            resume may not change (not in ``RESUME_OVERRIDES``).
+    """
+    path = Path(directory) / "config.json"
+    if not path.exists():
+        raise ValueError(f"cannot resume {directory}: it has no config.json")
+    config = RunConfig.from_json(json.loads(path.read_text()))
+    options = parse_options(config.train.model, config.train.task, pairs)
+    allowed = ", ".join("--" + n.replace("_", "-") for n in RESUME_OVERRIDES)
+    for name in options:
+        if name not in RESUME_OVERRIDES:
+            known = name in _option_fields(config.train.model, config.train.task)
+            raise ValueError(f"{'a resume cannot change' if known else 'unknown option'} '--{name.replace('_', '-')}'"
+                             f" (a resume may change only {allowed})")
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, **options))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args, rest = build_parser().parse_known_args(argv)
@@ -559,16 +636,21 @@ def main(argv=None):
         argv = [*preset_argv(args.preset), *[a for a in argv if a not in ("--preset", args.preset)]]
         args, rest = build_parser().parse_known_args(argv)
     if args.resume is not None:
+        if args.model or args.task or args.run_dir:
+            build_parser().error("--resume DIR takes the run's model, task and directory from DIR")
         directory = args.resume
-        config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
+        config = resume_config(directory, rest)
+        if not (directory / "checkpoint.pt").exists():
+            argv = None  # the run starts over: command.txt gets the command that rebuilds its config
     else:
         if args.model is None:
             build_parser().error("--model is required (or --resume DIR)")
+        args.task = args.task or "lm"
         config = build_config(args.model, args.task, parse_options(args.model, args.task, rest))
         directory = args.run_dir or Path("runs") / f"{args.model}-{args.task}-seed{config.train.seed}"
         if (directory / "checkpoint.pt").exists():
             raise ValueError(f"{directory} already holds a run; continue it with --resume {directory}")
-    print(json.dumps(run(config, directory, None if args.resume is not None else argv)))
+    print(json.dumps(run(config, directory, argv)))
     return 0
 
 

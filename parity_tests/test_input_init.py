@@ -179,8 +179,11 @@ def test_a_checkpoint_recorded_before_the_option_resumes(tmp_path):
     record = json.loads((directory / "config.json").read_text())
     del record["model"]["input_init"]
     (directory / "config.json").write_text(json.dumps(record))
+    state = torch.load(directory / "checkpoint.pt", weights_only=True)
+    state["config"] = json.dumps(record)  # the configuration it holds, as recorded before the option
+    torch.save(state, directory / "checkpoint.pt")
     train.run(train.build_config("group_rnn", "count", options), directory)  # the same run: no ValueError
-    with pytest.raises(ValueError, match="checkpoint of a different run"):
+    with pytest.raises(ValueError, match="cannot resume .*model.input_init is 'spread' here but 'default'"):
         train.run(train.build_config("group_rnn", "count", {**options, "input_init": "spread"}), directory)
 
 

@@ -186,6 +186,59 @@ def test_a_checkpoint_holding_a_pickled_object_is_refused(tmp_path):
     assert not marker.exists()
 
 
+def short_run(directory, steps=4):
+    assert train.main([*ARGS[:-10], "--steps", str(steps), "--eval-every", "2", "--checkpoint-every", "2",
+                       "--eval-tokens", "100", "--run-dir", str(directory)]) == 0
+    return directory
+
+
+@pytest.mark.parametrize("part, field, value", [("model", "group", "O"), ("train", "dtype", "float64"),
+                                                ("task", "dataset", "tinyshakespeare"), ("train", "lr", 5.0)],
+                         ids=["group", "dtype", "dataset", "lr"])
+def test_a_resume_refuses_an_edited_config(tmp_path, part, field, value):
+    """The checkpoint holds its configuration: config.json edited before a resume is refused, naming the field."""
+    directory = short_run(tmp_path / "run")
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    config[part][field] = value
+    path.write_text(json.dumps(config))
+    before = (directory / "metrics.jsonl").read_text(), (directory / "checkpoint.pt").read_bytes()
+    with pytest.raises(ValueError, match=f"cannot resume .*{part}\\.{field} is {value!r} here but"):
+        train.main(["--resume", str(directory)])
+    assert ((directory / "metrics.jsonl").read_text(), (directory / "checkpoint.pt").read_bytes()) == before
+    assert not (directory / "resumes.jsonl").exists()
+
+
+@pytest.mark.parametrize("pairs, message", [
+    (["--no-such-flag", "1"], "unknown option '--no-such-flag'"),
+    (["--lr", "5"], "a resume cannot change '--lr'"),
+    (["--group", "O"], "a resume cannot change '--group'"),
+    (["--steps", "3"], "with steps 3: its checkpoint is at step 4"),
+    (["--model", "lstm"], None),
+], ids=["unknown", "lr", "group", "fewer-steps", "model"])
+def test_a_resume_refuses_options_it_cannot_honour(tmp_path, pairs, message):
+    directory = short_run(tmp_path / "run")
+    before = (directory / "metrics.jsonl").read_text()
+    if message is None:  # an argparse error: the run's model and task come from its directory
+        with pytest.raises(SystemExit):
+            train.main(["--resume", str(directory), *pairs])
+    else:
+        with pytest.raises(ValueError, match=message):
+            train.main(["--resume", str(directory), *pairs])
+    assert (directory / "metrics.jsonl").read_text() == before and not (directory / "resumes.jsonl").exists()
+
+
+def test_a_resume_with_more_steps_trains_on_and_records_it(tmp_path):
+    directory = short_run(tmp_path / "run")
+    assert train.main(["--resume", str(directory), "--steps", "6", "--eval-every", "3"]) == 0
+    assert [m["step"] for m in metrics(directory)] == [2, 4, 6]
+    assert json.loads((directory / "config.json").read_text())["train"]["steps"] == 6
+    (resume,) = [json.loads(line) for line in (directory / "resumes.jsonl").read_text().splitlines()]
+    assert resume["step"] == 4 and resume["overrides"] == {"train.eval_every": [2, 3], "train.steps": [4, 6]}
+    assert resume["command"] == ["--resume", str(directory), "--steps", "6", "--eval-every", "3"]
+    assert json.loads((directory / "final.json").read_text())["steps"] == 6
+
+
 def test_progress_is_one_plain_line_per_evaluation_off_a_terminal(tmp_path, capsys):
     assert train.main([*ARGS[:-10], "--steps", "6", "--eval-every", "3", "--checkpoint-every", "6",
                        "--eval-tokens", "100", "--run-dir", str(tmp_path / "run")]) == 0
@@ -225,7 +278,7 @@ def test_a_run_without_a_checkpoint_starts_over_without_stale_metrics(tmp_path):
     assert [m["train_bits"] != 9.0 for m in metrics(directory)] == [True]
     other = train.build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 5, "steps": 2, "batch": 1,
                                               "length": 4, "eval_tokens": 8})
-    with pytest.raises(ValueError, match="checkpoint of a different run"):
+    with pytest.raises(ValueError, match="cannot resume .*model.hidden_size is 5 here but 4 in the checkpoint"):
         train.run(other, directory)
 
 
