@@ -54,6 +54,7 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+import filelock
 import geoopt
 import numpy as np
 import torch
@@ -76,6 +77,7 @@ SCHEDULES = ("constant", "cosine")
 # where the run goes and how often it reports, not what any completed step computed.
 RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device")
 MAP_LRS = ("n_aware", "plain")
+LOCK_FILE = "run.lock"  # held by the process training in a run directory
 DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
 DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
 
@@ -448,11 +450,26 @@ class Run:
         atomic_save(self.best, self.best_path)
 
     def _truncate_metrics(self):
-        """Drop metrics written after the checkpoint (the run died between the two)."""
+        """Drop metrics written after the checkpoint (the run died between the two), and a torn last
+        line (it died while writing one); the file is rewritten atomically.
+
+        Raises:
+            ValueError: a line other than the last is not JSON (the file was damaged, not torn).
+        """
         path = self.directory / "metrics.jsonl"
-        if path.exists():
-            kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= self.step]
-            path.write_text("".join(line + "\n" for line in kept))
+        if not path.exists():
+            return
+        lines, kept = path.read_text().splitlines(), []
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                if number == len(lines):
+                    break
+                raise ValueError(f"{path}, line {number}: not a JSON record: {line[:80]!r}") from None
+            if record["step"] <= self.step:
+                kept.append(line)
+        atomic_write_text("".join(line + "\n" for line in kept), path)
 
     def _log(self, record):
         with open(self.directory / "metrics.jsonl", "a") as handle:
@@ -534,17 +551,30 @@ def run(config, directory, argv=None):
     ``device: auto`` is resolved here, on the machine that runs. ``argv``: the command recorded in
     ``command.txt`` (default: the equivalent ``experiments.train`` command line).
 
-    A directory with a checkpoint resumes from it (``check_resumable``: its configuration may
+    One process at a time trains in a directory: it holds ``run.lock`` (``filelock``) while it runs,
+    and a second is refused. A directory with a checkpoint resumes from it (``check_resumable``: its configuration may
     differ only in ``RESUME_OVERRIDES``); ``config.json`` then records the configuration resumed
     with, and ``resumes.jsonl`` one line per resume: its step, the overrides (field: [before, after]),
     the git revision and ``argv``.
 
     Raises:
-        ValueError: ``directory`` holds a checkpoint of a different configuration.
+        ValueError: ``directory`` holds a checkpoint of a different configuration, or another
+            process is training in it.
     """
     directory = Path(directory)
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, device=resolve_device(config.train.device)))
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(directory / LOCK_FILE, blocking=False)
+    try:
+        with lock:
+            return _run_locked(config, directory, argv)
+    except filelock.Timeout:
+        raise ValueError(f"{directory} is in use: another process holds its lock {lock.lock_file}") from None
+
+
+def _run_locked(config, directory, argv):
+    """``run`` once the directory's lock is held."""
     checkpoint = directory / "checkpoint.pt"
     if checkpoint.exists():
         state = load_checkpoint_file(checkpoint, config.train.device)

@@ -239,6 +239,61 @@ def test_a_resume_with_more_steps_trains_on_and_records_it(tmp_path):
     assert json.loads((directory / "final.json").read_text())["steps"] == 6
 
 
+def test_a_run_directory_in_use_is_refused(tmp_path):
+    """Another process holds the directory's lock (as a training process does): a resume is refused
+    before it writes anything; once that process is gone, the resume runs."""
+    directory = short_run(tmp_path / "run", steps=2)
+    with subprocess.Popen([sys.executable, "-c", "import sys, filelock; lock = filelock.FileLock(sys.argv[1]); "
+                           "lock.acquire(); print('held', flush=True); sys.stdin.read()",
+                           str(directory / train.LOCK_FILE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as holder:
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            before = (directory / "metrics.jsonl").read_text()
+            with pytest.raises(ValueError, match="is in use: another process holds its lock"):
+                train.main(["--resume", str(directory), "--steps", "4"])
+            assert (directory / "metrics.jsonl").read_text() == before and not (directory / "resumes.jsonl").exists()
+        finally:
+            holder.kill()
+    assert train.main(["--resume", str(directory), "--steps", "4"]) == 0
+    assert [m["step"] for m in metrics(directory)] == [2, 4]
+
+
+def test_a_torn_last_metrics_line_is_dropped_on_resume(tmp_path):
+    directory = short_run(tmp_path / "run")
+    with open(directory / "metrics.jsonl", "a") as handle:
+        handle.write('{"step": 5, "train_bi')  # killed while writing step 5's line, after the step-4 checkpoint
+    assert train.main(["--resume", str(directory), "--steps", "6"]) == 0
+    assert [m["step"] for m in metrics(directory)] == [2, 4, 6]
+
+
+def test_a_damaged_metrics_line_is_refused_naming_it(tmp_path):
+    directory = short_run(tmp_path / "run")
+    lines = (directory / "metrics.jsonl").read_text().splitlines()
+    (directory / "metrics.jsonl").write_text("\n".join(["{not json", *lines[1:]]) + "\n")
+    with pytest.raises(ValueError, match="metrics.jsonl, line 1: not a JSON record"):
+        train.main(["--resume", str(directory), "--steps", "6"])
+
+
+def test_metrics_are_rewritten_atomically_on_resume(tmp_path, monkeypatch):
+    """A resume that dies while it rewrites metrics.jsonl (here: at the rename) leaves the old file whole."""
+    directory = short_run(tmp_path / "run")
+    with open(directory / "metrics.jsonl", "a") as handle:
+        handle.write(json.dumps({"step": 6}) + "\n")  # evaluated after the last checkpoint
+    before = (directory / "metrics.jsonl").read_text()
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(["--resume", str(directory), "--steps", "6"])
+    assert (directory / "metrics.jsonl").read_text() == before
+    monkeypatch.undo()
+    assert train.main(["--resume", str(directory), "--steps", "6"]) == 0
+    assert [m["step"] for m in metrics(directory)] == [2, 4, 6]
+
+
 def test_progress_is_one_plain_line_per_evaluation_off_a_terminal(tmp_path, capsys):
     assert train.main([*ARGS[:-10], "--steps", "6", "--eval-every", "3", "--checkpoint-every", "6",
                        "--eval-tokens", "100", "--run-dir", str(tmp_path / "run")]) == 0
