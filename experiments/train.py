@@ -36,7 +36,10 @@ A run killed at any point and continued with ``--resume`` produces the same metr
 parameters as an uninterrupted one, bit for bit, on the CPU (tested). The checkpoint holds the
 run's configuration; a resume refuses any other (an edited ``config.json`` included), except for
 ``RESUME_OVERRIDES`` given after ``--resume DIR`` (``--steps`` at least the checkpoint's step),
-which ``config.json`` and ``resumes.jsonl`` record. Progress goes to stderr: a bar on a terminal, otherwise one
+which ``config.json`` and ``resumes.jsonl`` record. One process at a time trains in a directory (it
+holds ``run.lock``); every file but the appended ``*.jsonl`` is written to a temporary file and
+renamed over, and a failed write (a full disk) is an ``OSError`` naming the file and leaves no
+temporary file behind. Progress goes to stderr: a bar on a terminal, otherwise one
 plain line per evaluation.
 """
 
@@ -44,6 +47,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
+import io
 import json
 import math
 import os
@@ -302,18 +307,50 @@ def group_drift(model):
     return drift
 
 
-def atomic_save(obj, path):
-    """torch.save to a temporary file in the same directory, then rename over ``path``."""
+def atomic_write_bytes(data, path):
+    """Write ``data`` to a temporary file in the same directory, then rename over ``path``.
+
+    Raises:
+        OSError: the write failed (a full disk: ENOSPC), naming ``path`` and the error code; the
+            temporary file is removed and ``path`` is left as it was.
+    """
     temporary = path.with_name(path.name + ".tmp")
-    torch.save(obj, temporary)
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise _naming(error, "write", path) from error
     os.replace(temporary, path)
+
+
+def append_line(line, path):
+    """Append ``line`` and a newline to ``path`` (a failed write raises as in ``atomic_write_bytes``;
+    a line torn by it is dropped on resume)."""
+    try:
+        with open(path, "a") as handle:
+            handle.write(line + "\n")
+    except OSError as error:
+        raise _naming(error, "append to", path) from error
+
+
+def _naming(error, verb, path):
+    """An OSError like ``error`` whose message names ``path`` and the error code (ENOSPC: a full disk)."""
+    code = errno.errorcode.get(error.errno, "unknown error")
+    return OSError(error.errno, f"cannot {verb} {path}: {error.strerror} ({code})", str(path))
+
+
+def atomic_save(obj, path):
+    """``torch.save`` of ``obj`` to ``path`` through ``atomic_write_bytes`` (serialized in memory first,
+    so that a failed write raises the operating system's error, not the archive writer's)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write_bytes(buffer.getbuffer(), path)
 
 
 def atomic_write_text(text, path):
-    """Write ``text`` to a temporary file in the same directory, then rename over ``path``."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    """``text`` (UTF-8) to ``path`` through ``atomic_write_bytes``."""
+    atomic_write_bytes(text.encode(), path)
 
 
 def config_differences(saved, config):
@@ -413,7 +450,7 @@ class Run:
 
     def save_config(self, argv):
         self.directory.mkdir(parents=True, exist_ok=True)
-        (self.directory / "config.json").write_text(json.dumps(self.config.to_json(), indent=2))
+        atomic_write_text(json.dumps(self.config.to_json(), indent=2), self.directory / "config.json")
         write_provenance(self.directory, "experiments.train", argv)
 
     def save_checkpoint(self):
@@ -472,8 +509,7 @@ class Run:
         atomic_write_text("".join(line + "\n" for line in kept), path)
 
     def _log(self, record):
-        with open(self.directory / "metrics.jsonl", "a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_line(json.dumps(record), self.directory / "metrics.jsonl")
 
     @torch.no_grad()
     def evaluate(self, split):
@@ -541,7 +577,7 @@ class Run:
                   "tokens_per_second": tokens_per_second, "train_seconds": self.train_seconds,
                   "parameters": count_parameters(self.model), "drift": group_drift(self.model),
                   **({"stopped": self.stopped} if self.stopped else {})}
-        (self.directory / "final.json").write_text(json.dumps(result, indent=2))
+        atomic_write_text(json.dumps(result, indent=2), self.directory / "final.json")
         return result
 
 
@@ -584,9 +620,9 @@ def _run_locked(config, directory, argv):
         training = Run(directory, config)
         training.load_checkpoint(state)
         atomic_write_text(json.dumps(config.to_json(), indent=2), directory / "config.json")
-        with open(directory / "resumes.jsonl", "a") as handle:
-            handle.write(json.dumps({"step": state["step"], "overrides": overrides, "git_revision": git_revision(),
-                                     "command": command_line(config, directory) if argv is None else argv}) + "\n")
+        append_line(json.dumps({"step": state["step"], "overrides": overrides, "git_revision": git_revision(),
+                                "command": command_line(config, directory) if argv is None else argv}),
+                    directory / "resumes.jsonl")
     else:
         training = Run(directory, config)
         for stale in ("metrics.jsonl", "best.pt"):  # from an attempt that died before its first checkpoint

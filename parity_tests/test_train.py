@@ -294,6 +294,17 @@ def test_metrics_are_rewritten_atomically_on_resume(tmp_path, monkeypatch):
     assert [m["step"] for m in metrics(directory)] == [2, 4, 6]
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="a full disk is simulated with Linux's /dev/full")
+def test_a_full_disk_is_an_error_naming_the_path_and_leaves_no_temporary_file(tmp_path):
+    """The checkpoint's temporary file is a link to /dev/full, whose every write fails with ENOSPC."""
+    directory = tmp_path / "run"
+    directory.mkdir()
+    (directory / "checkpoint.pt.tmp").symlink_to("/dev/full")
+    with pytest.raises(OSError, match=r"cannot write .*checkpoint\.pt: No space left on device \(ENOSPC\)"):
+        short_run(directory)
+    assert not list(directory.glob("*.tmp")) and not (directory / "checkpoint.pt").exists()
+
+
 def test_progress_is_one_plain_line_per_evaluation_off_a_terminal(tmp_path, capsys):
     assert train.main([*ARGS[:-10], "--steps", "6", "--eval-every", "3", "--checkpoint-every", "6",
                        "--eval-tokens", "100", "--run-dir", str(tmp_path / "run")]) == 0
