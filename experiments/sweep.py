@@ -5,8 +5,8 @@ defines ``RUNS``, a list of ``experiments.sweep_run.SweepRun`` (one run each: a 
 model, a task and typed options; see ``experiments.sweeps``). Each run is trained by
 ``experiments.train.run`` into ``DIR/<name>`` (default ``runs/<sweep file stem>``) on a local
 process pool. A run whose ``final.json`` exists is skipped and an unfinished one resumes from its
-checkpoint, so an interrupted sweep continues where it stopped; a run that fails writes
-``error.txt`` and the others go on. ``DIR/sweep-<sweep file stem>.json`` records every run's
+checkpoint, so an interrupted sweep continues where it stopped; a run that fails, or whose
+worker process dies, writes ``error.txt`` and the others go on. ``DIR/sweep-<sweep file stem>.json`` records every run's
 status (one file per sweep, so sweeps that share a directory keep theirs).
 
 ``--executor ray`` sends the same runs to a Ray cluster instead (``RAY_ADDRESS`` names it;
@@ -27,9 +27,11 @@ resolve it when each run starts, on the machine that runs it.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
+import multiprocessing
+import multiprocessing.connection
 import os
+import signal
 import traceback
 from pathlib import Path
 
@@ -64,13 +66,49 @@ def _execute_with_threads(run, directory, threads):
     return execute(run, directory)
 
 
+def _worker(run, directory, threads, sender):
+    """A pool process: ``execute`` one run and send its status back."""
+    _set_threads(threads)
+    sender.send(execute(run, directory))
+    sender.close()
+
+
 def _run_on_pool(pending, out, workers, threads):
-    # One process per run: a worker that outlived edits to the code would still run the old
-    # modules while git_revision.txt names the new checkout.
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=_set_threads, initargs=(threads,),
-                                                max_tasks_per_child=1) as pool:
-        futures = [pool.submit(execute, run, out / run.name) for run in pending]
-        return [future.result() for future in concurrent.futures.as_completed(futures)]
+    """Each run in a process of its own, at most ``workers`` at a time; statuses in completion order.
+
+    One process per run: a worker that outlived edits to the code would still run the old modules
+    while git_revision.txt names the new checkout. A worker that dies (killed, out of memory) fails
+    its own run, with ``error.txt`` saying how it ended, and the others go on.
+    """
+    context = multiprocessing.get_context("spawn")  # a forked child can inherit a lock a parent thread held
+    waiting, running, results = list(reversed(pending)), {}, []
+    while waiting or running:
+        while waiting and len(running) < workers:
+            run = waiting.pop()
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=_worker, args=(run, out / run.name, threads, sender))
+            process.start()
+            sender.close()  # the child holds the only sending end: its death ends the pipe
+            running[receiver] = (run, process)
+        for receiver in multiprocessing.connection.wait(list(running)):
+            run, process = running.pop(receiver)
+            try:
+                result = receiver.recv()
+            except EOFError:  # the process died before it sent a status
+                result = None
+            receiver.close()
+            process.join()
+            results.append(_worker_died(run, out / run.name, process.exitcode) if result is None else result)
+    return results
+
+
+def _worker_died(run, directory, exitcode):
+    """The status of a run whose worker process ended without one; written to ``error.txt``."""
+    how = f"signal {signal.Signals(-exitcode).name}" if exitcode is not None and exitcode < 0 else f"exit code {exitcode}"
+    error = f"the worker process training this run died ({how}) before it finished"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "error.txt").write_text(error + "\n")
+    return {"name": run.name, "status": "failed", "error": error}
 
 
 def _run_on_ray(pending, out, threads):

@@ -2,8 +2,13 @@
 
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 import scipy.stats
@@ -58,6 +63,43 @@ def test_sweep_runs_skips_and_survives_a_failure_and_the_report_summarizes(tmp_p
     assert "| so3 | 2 |" in markdown and "±" in markdown and "broken" not in markdown
     assert (out / "report_curves.png").stat().st_size > 0 and (out / "report_drift.png").stat().st_size > 0
     assert arm_of("o-rnn-seed12") == "o-rnn"
+
+
+def kill_the_worker_holding(lock, stop):
+    """SIGKILL the child process of this one that holds ``lock`` open (a run's run.lock: it is training it)."""
+    while not stop.is_set():
+        for children in Path("/proc/self/task").glob("*/children"):
+            for pid in children.read_text().split():
+                try:
+                    if any(os.readlink(fd) == str(lock) for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                        os.kill(int(pid), signal.SIGKILL)
+                        return
+                except OSError:  # it ended meanwhile
+                    pass
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds the worker through Linux's /proc")
+def test_a_killed_worker_fails_its_own_run_and_the_sweep_goes_on(tmp_path):
+    """kill -9 of the worker training one run (it would train for hours): that run fails with an
+    error.txt saying so, the sweep records it, and every other run is trained."""
+    sweep = tmp_path / "tiny.py"
+    sweep.write_text(SWEEP.replace('{**TINY, "group": "Sp"}', '{**TINY, "steps": 10**7, "eval_every": 10**7}')
+                     + 'RUNS.append(SweepRun("so3-seed2", "group_rnn", "lm", {**TINY, "seed": 2}))\n')
+    out = tmp_path / "runs"
+    stop = threading.Event()
+    killer = threading.Thread(target=kill_the_worker_holding, args=(out / "broken-seed0" / "run.lock", stop))
+    killer.start()
+    try:
+        status = run_sweep(sweep, out, workers=2)
+    finally:
+        stop.set()
+        killer.join()
+    assert {name: s["status"] for name, s in status.items()} == {
+        "so3-seed0": "done", "so3-seed1": "done", "broken-seed0": "failed", "so3-seed2": "done"}
+    assert "died (signal SIGKILL)" in (out / "broken-seed0" / "error.txt").read_text()
+    assert json.loads((out / "sweep-tiny.json").read_text())["runs"]["broken-seed0"]["status"] == "failed"
+    assert all((out / f"so3-seed{seed}" / "final.json").exists() for seed in (0, 1, 2))
 
 
 @pytest.mark.parametrize("name, vocab_size", [("charlm_ptb", 50), ("charlm_shakespeare", 65)])
