@@ -153,6 +153,11 @@ class GroupRNNCell(nn.Module):
         group, fixed = self.group, state.detach()
         return state + (group.pack(group.nearest(group.unpack(fixed))) - fixed)
 
+    def settle(self, state):
+        """Mirror of the reference: ``group.settle(H_T)`` with an identity gradient (``[B, n, n]``)."""
+        fixed = state.detach()
+        return state + (self.group.settle(fixed) - fixed)
+
     def forward(self, embedded, state, position=0):
         """``embedded: [B, T, F]``, ``state: [B, n, n]`` -> states ``[B, T, n, n]`` (H_1..H_T)."""
         return self.group.unpack(self._packed_states(embedded, self.group.pack(state), position))
@@ -466,7 +471,7 @@ class GroupRNN(nn.Module):
             state, position = cache.state, cache.position
         packed = self.cell._packed_states(self.embedding(tokens), self.group.pack(state), position)
         logits = self.readout._from_features(self.group.packed_features(packed))
-        final = self.group.unpack(packed[:, -1])
+        final = self.cell.settle(self.group.unpack(packed[:, -1]))
         return logits, GroupRNNCache(final, position + tokens.shape[1], packed, self.group)
 
 
@@ -488,6 +493,9 @@ class GroupRNNLayer(nn.Module):
     unbatched ``[T, F]``) and an optional initial state ``[B, n, n]`` (unbatched ``[n, n]``; default
     H_0), and returns ``(output, state)``: ``output: [T, B, output_size]`` (``[B, T, ·]``,
     unbatched ``[T, ·]``) and the final state H_T — where nn.LSTM returns ``(output, (h_n, c_n))``.
+    H_T is settled (``GroupRNNCell.settle``): moved back onto the group where the rounding of a
+    long float32 call has taken it past half the membership tolerance, so the layer always accepts
+    the state it returned; ``reproject_every`` bounds the drift of the states inside a call.
     """
 
     def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
@@ -529,7 +537,7 @@ class GroupRNNLayer(nn.Module):
         else:
             state = check_state(self.group, state if batched else state[None], sequences.shape[0])
         packed = self.cell._packed_states(sequences, self.group.pack(state))  # [B, T, *packed]
-        output, final = self.group.packed_features(packed), self.group.unpack(packed[:, -1])
+        output, final = self.group.packed_features(packed), self.cell.settle(self.group.unpack(packed[:, -1]))
         if not batched:
             return output[0], final[0]
         return (output if self.batch_first else output.transpose(0, 1)), final

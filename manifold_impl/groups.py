@@ -28,6 +28,7 @@ from manifold_impl.linalg import (
     special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
 )
 
+SETTLE_STEPS = 3  # mirror of reference.groups.SETTLE_STEPS
 _REAL = (torch.float32, torch.float64)
 _COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -234,6 +235,24 @@ class Group:
             return x
         return 0.5 * self.mul(x, 3 * torch.eye(self.n, dtype=x.dtype, device=x.device) - self.mul(self.inv(x), x))
 
+    def defect(self, x):
+        return self.distance(x)
+
+    def settle(self, x):
+        """Mirror of the reference: the matrices of ``x`` whose defect exceeds half the membership
+        tolerance moved back onto the group, the others unchanged; computed for all and chosen by
+        ``torch.where``, so nothing is read back."""
+        if not self.is_compact:
+            return x
+        moved = x
+        for _ in range(SETTLE_STEPS):
+            moved = self.refine(moved)
+        far = self.defect(x) > default_atol(_REAL_OF.get(x.dtype, x.dtype), self.n) / 2
+        return torch.where(far[..., None, None], self._unit_determinant(moved), x)
+
+    def _unit_determinant(self, x):
+        return x
+
 
 def _sin_over_theta(theta2):
     """sin θ / θ as a function of θ² ≥ 0, ``[...] -> [...]``, smooth through θ = 0.
@@ -421,6 +440,13 @@ class SpecialUnitary(Unitary):
         if err > atol:
             return f"det(x) is not 1: max |det(x) - 1| = {err:.3g} > atol = {atol:.3g}"
         return None
+
+    def defect(self, x):
+        return torch.maximum(self.distance(x), (torch.linalg.det(x) - 1.0).abs())
+
+    def _unit_determinant(self, x):
+        phase = torch.linalg.det(x).angle()
+        return x * torch.polar(torch.ones_like(phase), -phase / self.n)[..., None, None]
 
     def nearest(self, m):
         return special_unitary_polar(m.to(_COMPLEX_OF.get(m.dtype, m.dtype)))

@@ -53,6 +53,10 @@ MEMBERSHIP_ATOL = {"float64": 1e-10, "float32": 1e-5}
 FD_STEP = 1e-6
 FD_RTOL = 1e-6
 
+# Group.settle of a float64 element drifted by 1e-3 against scipy's polar factor (3 Newton steps
+# of the polar iteration leave ~1e-15).
+SETTLED_ATOL = 1e-12
+
 # Norm preservation: max |H_t^H H_t − I| after STABILITY_STEPS steps in float64.
 STABILITY_STEPS = 1000
 STABILITY_ATOL = 1e-11

@@ -56,6 +56,8 @@ from reference.linalg import (
     special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
 )
 
+SETTLE_STEPS = 3  # Newton steps of ``Group.settle``: a defect δ ≤ 0.1 ends at the rounding level
+
 
 def _check_device(device):
     if device not in (None, "cpu"):
@@ -302,6 +304,35 @@ class Group:
             return x
         return 0.5 * self.mul(x, 3 * anp.eye(self.n) - self.mul(self.inv(x), x))
 
+    def defect(self, x):
+        """What ``is_member`` holds against its tolerance, per matrix: ``[..., n, n] -> [...]``;
+        ``distance``, and on SU also |det(x) − 1|."""
+        return self.distance(x)
+
+    def settle(self, x):
+        """``x: [..., n, n]`` with each matrix whose ``defect`` exceeds half the membership tolerance
+        (100·n·eps / 2) moved back onto the group; the others unchanged, bit for bit.
+
+        The move is ``SETTLE_STEPS`` steps of ``refine`` (x = u(I + e) with e Hermitian becomes
+        u(I − 3e²/2 + O(e³)), so a defect δ becomes about 3δ²/4 per step: δ ≤ 0.1 ends at the
+        rounding level), then ``_unit_determinant``. Products, a determinant and an elementwise
+        choice only: no SVD, nothing read back. It is what a layer returns as its state, so that a
+        state drifted by the rounding of thousands of steps is still accepted when passed back.
+        """
+        if not self.is_compact:
+            return x
+        x = np.asarray(x)
+        moved = x
+        for _ in range(SETTLE_STEPS):
+            moved = self.refine(moved)
+        far = self.defect(x) > default_atol(x.real.dtype, self.n) / 2
+        return np.where(far[..., None, None], self._unit_determinant(moved), x).astype(x.dtype)
+
+    def _unit_determinant(self, x):
+        """x itself; SU: x divided by the n-th root of its determinant's phase (for x unitary, so
+        that det = 1 to rounding)."""
+        return x
+
 
 class Orthogonal(Group):
     """O(n): real x with x^T x = I; g = real skew-symmetric matrices, Π(m) = (Re m − Re mᵀ)/2."""
@@ -402,6 +433,13 @@ class SpecialUnitary(Unitary):
         if err > atol:
             return f"det(x) is not 1: max |det(x) - 1| = {err:.3g} > atol = {atol:.3g}"
         return None
+
+    def defect(self, x):
+        return np.maximum(self.distance(x), np.abs(np.linalg.det(x) - 1.0))
+
+    def _unit_determinant(self, x):
+        phase = np.angle(np.linalg.det(x))
+        return x * np.exp(-1j * phase / self.n)[..., None, None]
 
     def nearest(self, m):
         """The closest SU(n) element: W diag(e^{iθ}) V^H for m = W diag(σ) V^H, with the phases θ
