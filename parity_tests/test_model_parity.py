@@ -23,6 +23,7 @@ VARIANTS = {
                                     "reproject_every": 2},
     "scalar-nonrecurrent": {"mixing": "scalar", "recurrent": False},
     "scalar-bound": {"mixing": "scalar", "update_bound": 0.5},
+    "scalar-truncate": {"mixing": "scalar", "truncate_every": 2},
 }
 
 

@@ -23,6 +23,7 @@ OPTIONS = {
     "lowrank": {"mixing": "lowrank", "mixing_rank": 2},
     "lowrank-reproject": {"mixing": "lowrank", "mixing_rank": 2, "reproject_every": 3},
     "lowrank-bound": {"mixing": "lowrank", "mixing_rank": 2, "update_bound": 0.5},
+    "lowrank-truncate": {"mixing": "lowrank", "mixing_rank": 2, "truncate_every": 3},
 }
 
 
@@ -49,6 +50,8 @@ def dense_states(model, tokens, position):
         if every is not None and index % every == 0:
             state = state + (group.nearest(state.detach()) - state.detach())
         states.append(state)
+        if cell.config.truncate_every is not None and index % cell.config.truncate_every == 0:
+            state = state.detach()
     return torch.stack(states, dim=1)
 
 
@@ -106,8 +109,9 @@ def test_fused_gradients_equal_autograd_through_the_loop(group, recurrent, optio
 def test_packed_recurrences_equal_the_dense_steps(group, n, block, recurrent, option, recurrence, keep_state_every):
     """T and BO run on their packed form (diagonal, blocks); states and every gradient equal the dense
     n×n steps of ``dense_states``."""
-    if recurrence == "scan" and (recurrent or "reproject_every" in OPTIONS[option]):
-        pytest.skip("scan is input-driven without re-projection (the config refuses the rest; tested below)")
+    if recurrence == "scan" and (recurrent or {"reproject_every", "truncate_every"} & set(OPTIONS[option])):
+        pytest.skip("scan is input-driven without re-projection or truncation (the config refuses the rest; "
+                    "tested below)")
     config = GroupRNNConfig(vocab_size=7, group=group, n=n, block=block, embedding_dim=5, recurrent=recurrent,
                             **OPTIONS[option], recurrence=recurrence, keep_state_every=keep_state_every)
     dense_states_, dense_grads = gradients(config, position=1, dense=True)
@@ -212,6 +216,9 @@ def test_fused_gradients_when_the_loss_reads_a_prefix_and_backward_runs_twice(pr
     ({"keep_state_every": 2.0}, TypeError, "keep_state_every must be an int"),
     ({"keep_state_every": 2, "recurrence": "loop"}, ValueError, "only applies to recurrence='fused'"),
     ({"keep_state_every": 2, "group": "GL"}, ValueError, "compact group"),
+    ({"truncate_every": 0}, ValueError, "truncate_every must be at least 1"),
+    ({"truncate_every": True}, TypeError, "truncate_every must be an int"),
+    ({"truncate_every": 2, "recurrence": "scan", "recurrent": False}, ValueError, "not 'scan'"),
 ])
 def test_recurrence_options_are_validated(fields, error, match):
     with pytest.raises(error, match=match):

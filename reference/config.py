@@ -71,7 +71,7 @@ def _validate_mixing_fields(config):
 
 
 def _validate_recurrence_fields(config):
-    """recurrence and keep_state_every of a group RNN config."""
+    """recurrence, keep_state_every and truncate_every of a group RNN config."""
     _require_choice("recurrence", config.recurrence, RECURRENCES)
     if config.recurrence == "scan" and (config.recurrent or config.reproject_every is not None):
         raise ValueError("recurrence='scan' needs recurrent=False and reproject_every=None: the scan multiplies "
@@ -83,6 +83,11 @@ def _validate_recurrence_fields(config):
         if not config.state_group.is_compact:
             raise ValueError(f"keep_state_every needs a compact group, not {config.group!r}: there, rebuilding "
                              "H_{t-1} = H_t exp(A_t)^-1 in reverse is not an isometry and its rounding error is unbounded")
+    if config.truncate_every is not None:
+        _require_int("truncate_every", config.truncate_every, 1)
+        if config.recurrence == "scan":
+            raise ValueError("truncate_every only applies to recurrence='loop' or 'fused', not 'scan': the scan's "
+                             "products run over the whole call")
 
 
 def _validate_update_bound(config):
@@ -151,6 +156,12 @@ class GroupRNNConfig(_GroupState):
         keep_state_every: ``fused`` only, compact groups only: instead of keeping every state
             for the backward pass, keep every k-th and rebuild the others in reverse from
             H_{t-1} = H_t · exp(A_t)ᴴ (None: keep every state).
+        truncate_every: truncated backpropagation through time inside a call: no gradient flows
+            back from the steps after H_j into H_j where k divides the global step index j (the
+            loss's own reading of H_j still reaches it); the states and the loss are unchanged.
+            The remedy for long recurrent sequences, whose gradients grow like e^{λT} (the
+            ``GroupRNNLayer`` docstring). ``loop`` and ``fused`` only (None: backpropagate through
+            the whole call).
         input_init: initialization of the input map (``INPUT_INITS``): ``default`` (W ~ N(0, 1/(F·dim g)),
             b = 0) or ``spread`` (the default draws, then W, b and, where needed, the embedding set so
             that every token's update has rotation angles drawn uniformly in [0, π]; compact groups
@@ -174,6 +185,7 @@ class GroupRNNConfig(_GroupState):
     mixing_rank: int | None = None
     recurrence: str = "fused"
     keep_state_every: int | None = None
+    truncate_every: int | None = None
     input_init: str = "default"
     update_bound: float | None = None
 

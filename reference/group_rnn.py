@@ -221,6 +221,12 @@ class GroupRNNCell:
             return state
         return state + (self.group.nearest(getval(state)) - getval(state))
 
+    def truncate(self, state, index):
+        """H_t without the gradient of the steps after it (as the next step's input) if k divides
+        the step index ``index`` (``truncate_every = k``); H_t otherwise."""
+        every = self.config.truncate_every
+        return state if every is None or index % every else getval(state)
+
     def settle(self, state):
         """The state a call returns: ``group.settle(H_T)`` (back on the group if rounding has taken
         it past half the membership tolerance, else H_T itself) with an identity gradient."""
@@ -228,12 +234,13 @@ class GroupRNNCell:
 
     def __call__(self, params, embedded, state, position=0):
         """``embedded: [B, T, F]``, ``state: [B, n, n]`` (H_0) -> states ``[B, T, n, n]`` (H_1..H_T);
-        ``position``: global index of the first step (for ``reproject``)."""
+        ``position``: global index of the first step (for ``reproject`` and ``truncate``)."""
         drive = embedded @ params["input_map.weight"].T + params["input_map.bias"]  # d_t, [B, T, dim]
         states = []
         for t in range(embedded.shape[1]):
             state = self.reproject(self.step(params, state, drive[:, t]), position + t + 1)
             states.append(state)
+            state = self.truncate(state, position + t + 1)
         return anp.stack(states, axis=1)
 
 
@@ -332,17 +339,20 @@ class GroupRNNLayer(SpecModel):
     2e-7 at ‖c‖ ≈ 0.3, 4e-6 at ‖c‖ ≈ 30, 5e-5 at ‖c‖ ≈ 300), and the states of one call add up
     those of their factors. The returned state is settled (moved back onto the group once past
     half the membership tolerance), so passing it back is always accepted; ``reproject_every``
-    bounds the drift of the states inside a call.
+    bounds the drift of the states inside a call. Over long sequences the recurrent term's
+    gradient grows like e^{λT}; the torch layer's docstring gives the safe range and the remedy
+    (``truncate_every``).
 
     Parameters: the cell's, under ``cell.`` (see the module docstring).
     """
 
     def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
-                 mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None, update_bound=None):
+                 mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None,
+                 truncate_every=None, update_bound=None):
         self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
                                        reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
                                        recurrence=recurrence, keep_state_every=keep_state_every,
-                                       update_bound=update_bound)
+                                       truncate_every=truncate_every, update_bound=update_bound)
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
         self.batch_first = batch_first
