@@ -56,6 +56,7 @@ import pickle
 import sys
 import time
 import typing
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -387,13 +388,21 @@ def load_checkpoint_file(path, device):
     """A checkpoint's contents, loaded with ``weights_only=True`` (tensors and plain data only).
 
     Raises:
-        ValueError: the file holds a pickled object of another kind (it would run code to load).
+        ValueError: the file holds a pickled object of another kind (it would run code to load), is
+            empty or cut short, or its step is not a count of steps (an int ≥ 0).
     """
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory comes last
+        raise ValueError(f"{path} is not a whole checkpoint ({Path(path).stat().st_size} bytes: empty or cut short); "
+                         "restore it, or delete it to train the run from the start")
     try:
-        return torch.load(path, map_location=device, weights_only=True)
+        state = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as error:
         raise ValueError(f"refusing to load {path}: it holds a pickled object, not only tensors and plain data, "
                          f"and loading it could run code ({str(error).splitlines()[0]})") from None
+    step = state.get("step") if isinstance(state, dict) else None
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"{path} is not a checkpoint of this trainer: its step is {step!r}, not an int ≥ 0")
+    return state
 
 
 class Progress:

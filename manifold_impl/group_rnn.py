@@ -477,7 +477,7 @@ class GroupRNN(nn.Module):
             state, position = self.cell.initial_state.expand(batch, -1, -1), 0
         else:
             cache = check_cache(cache, GroupRNNCache)
-            check_state(self.group, cache.state, batch)
+            check_state(self.group, cache.state, batch, self.cell.initial_state.dtype)
             state, position = cache.state, cache.position
         packed = self.cell._packed_states(self.embedding(tokens), self.group.pack(state), position)
         logits = self.readout._from_features(self.group.packed_features(packed))
@@ -556,7 +556,8 @@ class GroupRNNLayer(nn.Module):
         if state is None:
             state = self.cell.initial_state.expand(sequences.shape[0], -1, -1)
         else:
-            state = check_state(self.group, state if batched else state[None], sequences.shape[0])
+            state = check_state(self.group, state if batched else state[None], sequences.shape[0],
+                                self.cell.initial_state.dtype)
         packed = self.cell._packed_states(sequences, self.group.pack(state))  # [B, T, *packed]
         output, final = self.group.packed_features(packed), self.cell.settle(self.group.unpack(packed[:, -1]))
         if not batched:

@@ -499,7 +499,7 @@ class Torus(Group):
     def nearest(self, m):
         d = diagonal(m.to(_COMPLEX_OF.get(m.dtype, m.dtype)))
         magnitude = d.abs()
-        phase = torch.where(magnitude > 0, d / torch.where(magnitude > 0, magnitude, 1.0), 1.0)
+        phase = torch.where(magnitude == 0, 1.0, d / torch.where(magnitude == 0, 1.0, magnitude))  # NaN stays NaN
         return torch.diag_embed(phase)
 
     def pack(self, x):

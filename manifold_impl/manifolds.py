@@ -78,10 +78,9 @@ class GroupManifold(geoopt.Manifold):
         return self.group.mul(y, self.group.proj(self.group.mul(self.group.inv(x), v)))
 
     def random(self, *size, dtype=None, device=None, generator=None, **kwargs):
-        """Haar random points of shape ``size`` = (..., n, n)."""
+        """Haar random points of shape ``size`` = (..., n, n), drawn from ``generator`` or, without
+        one, from torch's global generator (advanced, never reseeded)."""
         self._assert_check_shape(size, "x")
-        if generator is None:
-            generator = torch.Generator(device=device or "cpu").manual_seed(torch.seed())
         return geoopt.ManifoldTensor(
             self.group.random(size[:-2], generator=generator, dtype=dtype, device=device), manifold=self)
 

@@ -6,18 +6,21 @@ import numbers
 
 import torch
 
+from manifold_impl.linalg import default_atol
+
 
 def check_tokens(tokens, vocab_size):
     """Validate token ids ``tokens: [batch, length]`` (an integer tensor); returns it.
 
     Raises:
-        TypeError: not an integer tensor.
+        TypeError: not an int64 or int32 tensor.
         ValueError: wrong rank, empty, or an id outside [0, vocab_size).
     """
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"token ids must be a torch.Tensor, got {type(tokens).__name__}")
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-        raise TypeError(f"token ids must be integers, got dtype {tokens.dtype}")
+    if tokens.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"token ids must be integers of dtype torch.int64 or torch.int32 (what an embedding "
+                        f"reads), got {tokens.dtype}; cast them with tokens.long()")
     if tokens.dim() != 2:
         raise ValueError(f"token ids must have shape [batch, length], got shape {tuple(tokens.shape)}")
     if tokens.numel() == 0:
@@ -29,13 +32,28 @@ def check_tokens(tokens, vocab_size):
     return tokens
 
 
-def check_state(group, state, batch):
-    """Validate an initial state ``state: [batch, n, n]`` on ``group``."""
+def check_state(group, state, batch, dtype):
+    """Validate an initial state ``state: [batch, n, n]`` on ``group``, of the model's state ``dtype``.
+
+    Raises:
+        TypeError: not a tensor, or another dtype (named, with the cast that fixes it).
+        ValueError: another shape, or off the group (a state on it only to float32 precision, as a
+            float32 state cast to float64 is, is named as such, with the remedy).
+    """
+    if not isinstance(state, torch.Tensor):
+        raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
+    if state.dtype != dtype:
+        raise TypeError(f"state must have the model's state dtype {dtype}, got {state.dtype}; "
+                        f"cast it with state.to({dtype})")
     shape = (batch, group.n, group.n)
     if tuple(state.shape) != shape:
         raise ValueError(f"state must have shape {shape}, got {tuple(state.shape)}")
     ok, reason = group.is_member(state, explain=True)
     if not ok:
+        real = state.real.dtype if state.is_complex() else state.dtype
+        if real == torch.float64 and group.is_member(state, atol=default_atol(torch.float32, group.n)):
+            raise ValueError(f"state is on {group!r} only to float32 precision ({reason}), as a float32 state "
+                             f"cast to float64 is; move it onto the group in float64 with group.nearest(state)")
         raise ValueError(f"state is not on {group!r}: {reason}")
     return state
 

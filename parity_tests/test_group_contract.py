@@ -3,10 +3,13 @@
 import numpy as np
 import pytest
 import scipy.linalg
+import torch
 
+from manifold_impl.groups import get_group as get_torch_group
 from parity_tests.conftest import BATCH_IDS, BATCH_SHAPES
 from parity_tests.oracles import algebra_violation, group_violation, state_features, taylor_expm, unitarity_defect
 from parity_tests.tolerances import EXPM_ORACLE_RTOL, HAAR_MOMENT_ATOL, group_atol
+from reference.groups import GROUPS as REFERENCE_GROUPS
 
 batch_shapes = pytest.mark.parametrize("batch_shape", BATCH_SHAPES, ids=BATCH_IDS)
 
@@ -339,3 +342,30 @@ def test_membership_reasons(backend):
         .startswith("not diagonal")
     assert "block" in backend.group("BO", 4, 2).is_member(backend.array(np.eye(4)[[1, 2, 0, 3]]), explain=True)[1]
     assert "singular" in backend.group("GL", 2).is_member(backend.array(np.zeros((2, 2))), explain=True)[1]
+
+
+def test_group_manifold_random_draws_from_the_global_generator_without_reseeding_it():
+    from manifold_impl.manifolds import GroupManifold
+
+    manifold = GroupManifold(get_torch_group("O", 4))
+    torch.manual_seed(0)
+    first, after_first = manifold.random(2, 4, 4), torch.rand(3)
+    torch.manual_seed(0)
+    second, after_second = manifold.random(2, 4, 4), torch.rand(3)
+    torch.testing.assert_close(second, first, rtol=0, atol=0)
+    torch.testing.assert_close(after_second, after_first, rtol=0, atol=0)  # the global stream goes on, unreseeded
+    generator = torch.Generator().manual_seed(5)
+    torch.testing.assert_close(manifold.random(2, 4, 4, generator=generator),
+                               get_torch_group("O", 4).random((2,), generator=torch.Generator().manual_seed(5)))
+
+
+def test_torus_nearest_keeps_nan_instead_of_returning_the_identity():
+    from manifold_impl.manifolds import GroupManifold
+
+    nan = np.full((2, 3, 3), np.nan)
+    with np.errstate(invalid="ignore"):  # NaN / NaN, as intended
+        assert np.isnan(np.diagonal(REFERENCE_GROUPS["T"](3).nearest(nan), axis1=-2, axis2=-1)).all()
+    projected = GroupManifold(get_torch_group("T", 3)).projx(torch.from_numpy(nan))
+    assert torch.isnan(torch.diagonal(projected, dim1=-2, dim2=-1)).all()
+    zero = torch.zeros(1, 3, 3, dtype=torch.complex128)  # an exact zero entry still gets the phase 1
+    torch.testing.assert_close(get_torch_group("T", 3).nearest(zero), torch.eye(3, dtype=torch.complex128)[None])

@@ -107,3 +107,14 @@ def test_adamw_matches_torch_over_several_steps():
         w.grad = torch.from_numpy(g["w"]).clone()
         optimizer.step()
     assert relative_error(w.detach(), ours["w"]) <= PARITY["float64"]["gradient"]
+
+
+@pytest.mark.parametrize("group", ["U", "SU", "T"])
+def test_amsgrad_is_refused_clearly_for_complex_groups(group):
+    g, real = torch_group(group, 3), torch_group("O", 3)
+    x = group_parameter(g.identity((2,)), g)
+    with pytest.raises(ValueError, match=r"amsgrad=True.*complex.*use amsgrad=False"):
+        TorchRiemannianAdam([x], lr=1e-2, amsgrad=True)
+    optimizer = TorchRiemannianAdam([group_parameter(real.identity((2,)), real)], lr=1e-2, amsgrad=True)
+    with pytest.raises(ValueError, match=r"amsgrad=True.*complex"):  # a group added later is checked too
+        optimizer.add_param_group({"params": [x]})

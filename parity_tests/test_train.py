@@ -186,6 +186,30 @@ def test_a_checkpoint_holding_a_pickled_object_is_refused(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("damage", ["empty", "cut-short"])
+def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path, damage):
+    directory = tmp_path / "run"
+    assert train.main([*ARGS[:-10], "--steps", "2", "--eval-every", "2", "--checkpoint-every", "2",
+                       "--eval-tokens", "100", "--run-dir", str(directory)]) == 0
+    whole = (directory / "checkpoint.pt").read_bytes()
+    (directory / "checkpoint.pt").write_bytes(b"" if damage == "empty" else whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match=r"checkpoint.pt is not a whole checkpoint .*delete it"):
+        train.main(["--resume", str(directory)])
+
+
+def test_a_checkpoint_with_a_negative_step_is_refused_and_the_metrics_kept(tmp_path):
+    directory = tmp_path / "run"
+    assert train.main([*ARGS[:-10], "--steps", "2", "--eval-every", "2", "--checkpoint-every", "2",
+                       "--eval-tokens", "100", "--run-dir", str(directory)]) == 0
+    metrics = (directory / "metrics.jsonl").read_text()
+    state = torch.load(directory / "checkpoint.pt", weights_only=True)
+    state["step"] = -5
+    torch.save(state, directory / "checkpoint.pt")
+    with pytest.raises(ValueError, match=r"its step is -5, not an int ≥ 0"):
+        train.main(["--resume", str(directory), "--steps", "4"])
+    assert (directory / "metrics.jsonl").read_text() == metrics
+
+
 def short_run(directory, steps=4):
     assert train.main([*ARGS[:-10], "--steps", str(steps), "--eval-every", "2", "--checkpoint-every", "2",
                        "--eval-tokens", "100", "--run-dir", str(directory)]) == 0

@@ -132,3 +132,34 @@ def test_every_model_refuses_a_cache_of_another_type_or_a_bad_position(tree, mod
             _, cache = model(torch.from_numpy(tokens))
             with pytest.raises(error, match=message.format(name=name)):
                 model(torch.from_numpy(tokens), corrupt(cache))
+
+
+def test_torch_refuses_tokens_an_embedding_cannot_read():
+    with pytest.raises(TypeError, match=r"torch.int64 or torch.int32.*got torch.uint8.*tokens.long\(\)"):
+        TorchGroupRNN(CONFIG)(torch.tensor([[1, 2]], dtype=torch.uint8))
+    logits, _ = TorchGroupRNN(CONFIG)(torch.tensor([[1, 2]], dtype=torch.int32))
+    assert logits.shape == (1, 2, 10)
+
+
+def test_a_state_of_another_dtype_is_refused_naming_the_cast():
+    from manifold_impl.group_rnn import GroupRNNLayer
+
+    layer = GroupRNNLayer(3, "SO", 3)
+    with pytest.raises(TypeError, match=r"state dtype torch.float32, got torch.float64.*state.to\(torch.float32\)"):
+        layer(torch.zeros(2, 1, 3), torch.eye(3, dtype=torch.float64)[None])
+    unitary = GroupRNNLayer(3, "U", 3)
+    with pytest.raises(TypeError, match=r"torch.complex64, got torch.float32.*state.to\(torch.complex64\)"):
+        unitary(torch.zeros(2, 1, 3), torch.eye(3)[None])  # a real orthogonal matrix, not yet complex
+    _, state = unitary(torch.zeros(2, 1, 3), torch.eye(3)[None].to(torch.complex64))  # the named cast works
+    assert state.dtype == torch.complex64
+
+
+def test_a_float32_accurate_state_in_a_float64_model_is_named_as_such():
+    rotation = torch.linalg.matrix_exp(torch.tensor([[0.0, 1.0, 0.0], [-1.0, 0.0, 0.5], [0.0, -0.5, 0.0]]))[None]
+    model = TorchGroupRNN(CONFIG, dtype=torch.float64)
+    tokens = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match=r"only to float32 precision.*group.nearest\(state\)"):
+        model(tokens, TorchGroupRNNCache(rotation.double(), 0))  # a float32 rotation, cast to float64
+    model(tokens, TorchGroupRNNCache(model.group.nearest(rotation.double()), 0))  # the named remedy works
+    with pytest.raises(ValueError, match="state is not on.*not unitary"):  # far off: the plain message
+        model(tokens, TorchGroupRNNCache(1.01 * rotation.double(), 0))

@@ -489,7 +489,7 @@ class Torus(Group):
     def nearest(self, m):
         d = diagonal(np.asarray(m) + 0j)
         magnitude = np.abs(d)
-        phase = np.where(magnitude > 0, d / np.where(magnitude > 0, magnitude, 1.0), 1.0)
+        phase = np.where(magnitude == 0, 1.0, d / np.where(magnitude == 0, 1.0, magnitude))  # NaN stays NaN
         return self._diag(phase)
 
     def pack(self, x):
