@@ -15,8 +15,8 @@ affected: the sizer gives it U(17) with a 9-wide embedding, which learns nothing
 at the searched 1e-3 reaches 4.21 validation bits at step 300, then rises while its gradient norm
 grows 6 → 1,360 by step 800), while U(16)
 with a 140-wide embedding reaches 2.65 bits at step 900 at the same rate; U(16) with a 9-wide
-embedding fails as U(17) does, so the width, not n, decides (README, "the character-level study
-v2"). Every arm but ``rnn-O`` trains with the default ``n_aware``, so the mixing ablation reads
+embedding fails as U(17) does, so the width, not n, decides
+(experiments/studies/charlm_v2/README.md). Every arm but ``rnn-O`` trains with the default ``n_aware``, so the mixing ablation reads
 ``rnn-O-mix-scalar`` against ``rnn-O-fix``. A further arm (another shape of the O RNN, say) is one
 more entry in ``templates``.
 
