@@ -12,7 +12,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from experiments.drift import drift_curve
+from experiments.studies.drift.curves import drift_curve
 from manifold_impl.groups import get_group
 from manifold_impl.linalg import _TABLE, _THETA, _coefficients, expm
 
@@ -134,12 +134,12 @@ def test_float32_closed_form_factors_have_no_orthogonality_error_of_one_sign(gro
 @pytest.mark.parametrize("group", ["O", "BO"])
 @pytest.mark.parametrize(("recurrent", "vocab_size"), [(True, 50), (False, 10_000)], ids=["loop", "scan"])
 def test_float32_drift_after_10000_steps_is_within_2e_5(group, recurrent, vocab_size):
-    """``experiments.drift``'s O(8) and BO(8) (2×2 blocks) runs, no reprojection: the step loop on
+    """``experiments.studies.drift.curves``'s O(8) and BO(8) (2×2 blocks) runs, no reprojection: the step loop on
     its 50-token vocabulary (before the fix O 7e-5 to 9e-5; BO with its closed form in float32
     6.7e-5, seeds 0-4 2.5e-5 to 6.7e-5), and the associative scan on 10,000 tokens (BO before:
     4.0e-5). With 50 tokens the scan multiplies the same 50 float32 factors thousands of times,
     and their rounding alone — scipy's exponential rounded to float32 — drifts 1.5e-5 to 4e-5 for
-    O(8) (seeds 0-4; see the module docstring of experiments.drift): that floor is not the
+    O(8) (seeds 0-4; see experiments/studies/drift/README.md): that floor is not the
     exponential's. T is not here: its factors were already at that floor, and its drift (loop
     1.4e-5 to 2.0e-5, 10,000-token scan 2.0e-5 to 2.4e-5, seeds 0-4) is the unbiased random walk
     of float32 complex products (each |zw|² off by 5e-8 rms, mean 0)."""

@@ -1,17 +1,10 @@
-"""Float32 drift of the group-RNN state from its group over long sequences: the step loop
-(``recurrent=True``) with and without ``reproject_every``, and the associative scan
-(``recurrent=False``), on a 50-token vocabulary and on a 10,000-token one (issue: foundation,
-item 6; issue 12, item 4).
+"""Float32 drift of the group-RNN state from its group over 10,000 steps: the step loop with and
+without ``reproject_every``, and the associative scan on a 50-token and a 10,000-token vocabulary,
+for every compact group. Writes ``drift.json`` (config, per-group curves) and ``drift.png``.
 
-    python -m experiments.drift [--steps 10000] [--n 8] [--reproject-every 100]
+    python -m experiments.studies.drift.curves [--steps 10000] [--n 8] [--reproject-every 100]
 
-Why two vocabularies: without the recurrent term the factors exp(A_t) depend on the token alone,
-so with 50 tokens the same 50 float32 matrices are multiplied thousands of times and their
-rounding — even that of a correctly rounded exponential — adds up linearly (O(8), seeds 0-4:
-1.5e-5 to 4e-5 after 10,000 steps with scipy's exponential rounded to float32). With 10,000
-tokens the factors are nearly all distinct and the curve shows the exponential's own error.
-
-Writes ``experiments/results/drift/drift.json`` (config, per-group drift curves) and a PNG.
+Why two vocabularies, and what the curves show: experiments/studies/drift/README.md.
 """
 
 from __future__ import annotations
@@ -93,7 +86,7 @@ def plot(runs, steps, args, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.drift", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.drift.curves", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--reproject-every", type=int, default=100)
