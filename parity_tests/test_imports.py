@@ -50,7 +50,7 @@ def registry_edges():
     from experiments.models import _BY_CONFIG
     from experiments.sweeps import PRESETS
 
-    edges = {("experiments.sweeps", f"experiments.sweeps.{name}") for name in PRESETS.values()}
+    edges = {("experiments.sweeps", module) for module in PRESETS.values()}
     edges |= {("experiments.tasks", f"experiments.tasks.{path.stem}")
               for path in (ROOT / "experiments" / "tasks").glob("*.py") if path.stem != "__init__"}
     edges |= {("experiments.models", entry.module_class.partition(":")[0]) for entry in _BY_CONFIG.values()}

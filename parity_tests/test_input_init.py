@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from experiments import train
-from experiments.sweeps import state_tracking
-from experiments.sweeps.tracking import remedy_arms, spread_arms
+from experiments.studies.state_tracking import state_tracking
+from experiments.studies.state_tracking.arms import remedy_arms, spread_arms
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from manifold_impl.group_rnn import fit_input_map as torch_fit_input_map
 from manifold_impl.group_rnn import spread_updates as torch_spread_updates

@@ -1,4 +1,4 @@
-"""The helpers of ``experiments.tracking_probe`` (issue 14 item 3), against hand-worked values."""
+"""The helpers of ``experiments.studies.state_tracking.so2_parity_probe``, against hand-worked values."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import tracking_probe as probe
+from experiments.studies.state_tracking import so2_parity_probe as probe
 from experiments.models import build_model
 
 

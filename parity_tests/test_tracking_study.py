@@ -1,4 +1,4 @@
-"""The state-tracking and copy presets (issue 14 items 2, 3, 5) and their report: every run builds,
+"""The state-tracking and copy presets and their report: every run builds,
 every arm sits at its task's budget, a tiny version of each preset trains end to end, and the report's
 figures match hand-computed values on hand-written runs."""
 
@@ -10,13 +10,13 @@ import pytest
 from experiments.models import build_model
 from experiments.params_budget import count_parameters
 from experiments.sweep import run_sweep
+from experiments.studies.state_tracking import copy as copy_preset
+from experiments.studies.state_tracking import state_tracking
+from experiments.studies.state_tracking.arms import COARSE_TOLERANCE, GPT_POSITION_SCHEMES, MLSTM_TOLERANCE
+from experiments.studies.state_tracking.report import cell_and_arm, report
 from experiments.sweeps import load_sweep
-from experiments.sweeps import copy as copy_preset
-from experiments.sweeps import state_tracking
-from experiments.sweeps.tracking import GPT_POSITION_SCHEMES, MLSTM_TOLERANCE, COARSE_TOLERANCE
-from experiments.tasks.copying import baseline_loss
 from experiments.tasks.copy_task import Copy
-from experiments.tracking_report import cell_and_arm, report
+from experiments.tasks.copying import baseline_loss
 from experiments.train import build_config
 
 ARMS = {f"rnn-{g}-{kind}" for g in ("SO", "U", "T", "BO") for kind in ("input", "rec")} | {
@@ -81,7 +81,7 @@ def test_copy_preset_covers_every_delay_at_the_budget(presets):
 
 
 TINY = '''
-from experiments.sweeps import copy, state_tracking
+from experiments.studies.state_tracking import copy, state_tracking
 
 RUNS = [run for run in state_tracking.runs(cells={"parity": ("count", {"modulus": 2}, 2, 3000)}, seeds=(0,),
                                             steps=2, batch=2, eval_sequences=2, curriculum_steps=1,

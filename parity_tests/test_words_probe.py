@@ -1,10 +1,10 @@
-"""The A5/S5 probe (experiments.words_probe) trains, resumes and measures accuracy by position."""
+"""The A5/S5 probe (experiments.studies.state_tracking.words_probe) trains, resumes and measures accuracy by position."""
 
 import json
 
 import numpy as np
 
-from experiments import words_probe
+from experiments.studies.state_tracking import words_probe
 
 
 def test_probe_trains_skips_finished_runs_and_scores_every_position(tmp_path):

@@ -3,7 +3,7 @@
 ``TUNING`` (an ``experiments.sweep_run.Tuning``: choose each arm's learning rate on validation
 first, see ``experiments.tuning``) and ``OUT`` (its default output directory).
 
-A sweep is named by a preset (``PRESETS``: a module of this package), a dotted module name, or the
+A sweep is named by a preset (``PRESETS``: a study's preset module), a dotted module name, or the
 path of a Python file (imported as a module of its own).
 """
 
@@ -16,10 +16,12 @@ from typing import NamedTuple
 
 from experiments.sweep_run import SweepRun, Tuning
 
-PRESETS = {"charlm-ptb": "charlm_ptb", "charlm-shakespeare": "charlm_shakespeare", "paper": "charlm_paper",
-           "charlm-v2-ptb": "charlm_v2_ptb", "charlm-v2-shakespeare": "charlm_v2_shakespeare",
-           "nar-cpu": "nar_cpu", "nar-cpu-ns-steps": "nar_cpu_ns_steps", "nar-paper": "nar_paper",
-           "state-tracking": "state_tracking", "copy": "copy"}
+PRESETS = {"charlm-ptb": "experiments.sweeps.charlm_ptb", "charlm-shakespeare": "experiments.sweeps.charlm_shakespeare",
+           "paper": "experiments.sweeps.charlm_paper", "charlm-v2-ptb": "experiments.sweeps.charlm_v2_ptb",
+           "charlm-v2-shakespeare": "experiments.sweeps.charlm_v2_shakespeare", "nar-cpu": "experiments.sweeps.nar_cpu",
+           "nar-cpu-ns-steps": "experiments.sweeps.nar_cpu_ns_steps", "nar-paper": "experiments.sweeps.nar_paper",
+           "state-tracking": "experiments.studies.state_tracking.state_tracking",
+           "copy": "experiments.studies.state_tracking.copy"}  # {preset: the module that defines its RUNS}
 
 
 class Sweep(NamedTuple):
@@ -36,7 +38,7 @@ class Sweep(NamedTuple):
 
 def _import(sweep):
     if sweep in PRESETS:
-        return importlib.import_module(f"{__name__}.{PRESETS[sweep]}")
+        return importlib.import_module(PRESETS[sweep])
     path = Path(sweep)
     if path.suffix == ".py":
         if not path.is_file():

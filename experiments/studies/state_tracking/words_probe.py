@@ -1,27 +1,11 @@
-"""Why no arm learns A5 or S5 in the state-tracking study (issue 14 item 3): ten times the steps,
-and the accuracy at each position of a word.
+"""Why no arm learns A5 or S5 in 300 steps: four arms of the ``state-tracking`` preset trained for
+``STEPS`` steps, on short S5 words (≤ ``SHORT_LENGTH``) and with a slow curriculum
+(``CURRICULUM_STEPS``), then the accuracy at each position of ``WORDS`` fresh words of length 64.
 
-    python -m experiments.words_probe [--out experiments/results/state_tracking/words_probe]
+    python -m experiments.studies.state_tracking.words_probe [--out experiments/results/state_tracking/words_probe]
 
-In the ``state-tracking`` study (300 steps) every arm stays at chance on A5 and S5 at every test
-length, while the input-driven SO and U RNNs solve S3. This probe trains four arms of that study
-(the input-driven SO RNN with the default and the spread init, the input-driven U RNN and the
-LSTM; seed 0, the preset's configs) for ``STEPS`` steps on each group; two of them on S5 words
-of length ≤ ``SHORT_LENGTH`` only (is it the long words that drown the signal?), and the same two
-on each group with a long curriculum (the longest word grows from 2 to 64 over
-``CURRICULUM_STEPS`` steps, against 225 of 300 in the study); then it measures, on
-``WORDS`` fresh test words of length 64, the accuracy at each position t (the label is the running
-product g_1 ⋯ g_t). Position 1 needs no memory (the label is the token itself) and position 2 the
-multiplication table alone; a model that has found the group's law is right at every t. Writes
-``words_probe.json`` (per run: the training curve, the accuracy by position) and
-``words_probe.png`` into OUT; the runs themselves go to OUT/<cell>-<arm>/ (resumable: a finished
-run is not trained again). Single-threaded, about 1–3 minutes per run.
-
-Provenance of the committed probe (experiments/results/state_tracking/words_probe): the eight
-3,000-step runs were trained (revisions in their git_revision.txt) by the equivalent ``experiments.train
---preset ... --steps 3000`` command lines in their command.txt, on torch's default two threads;
-the two ``-max4`` runs and the analysis by this module. Re-running it trains all of them on one
-thread, which moves their digits (see the README's note on threads), not the reading.
+Writes ``words_probe.json`` and ``words_probe.png`` into OUT; the runs go to OUT/<cell>-<arm>/
+and are resumable. Single-threaded, 1–3 minutes per run.
 """
 
 from __future__ import annotations
@@ -39,7 +23,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from experiments.models import build_model  # noqa: E402
-from experiments.sweeps.tracking import WARMUP  # noqa: E402
+from experiments.studies.state_tracking.arms import WARMUP  # noqa: E402
 from experiments.tasks.base import split_generator  # noqa: E402
 from experiments.tasks.words import permutation_group, word_batch  # noqa: E402
 from experiments.train import RunConfig, load_checkpoint_file  # noqa: E402

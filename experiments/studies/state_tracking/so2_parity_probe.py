@@ -1,25 +1,12 @@
-"""Why an input-driven SO(2) RNN often stays at chance on parity (issue 14 item 3, a first look).
+"""Why an input-driven SO(2) RNN often stays at chance on parity: ``--part spread`` (the initial
+token angles over many inits), ``landscape`` (the exact expected loss over the (θ_0, θ_1) torus and
+the clock's basin against the training length) and ``train`` (400-step runs of the default model,
+readouts, hand-set angles, a curriculum, smaller rates and an LSTM).
 
-    python -m experiments.tracking_probe [--part spread|landscape|train|all] [--seeds 3]
+    python -m experiments.studies.state_tracking.so2_parity_probe [--part spread|landscape|train|all] [--seeds 3]
 
-Single-threaded; every training run takes seconds, the whole probe a few minutes. The SO(2) state
-after t bits with k ones is the rotation by φ = (t − k)θ_0 + kθ_1, where θ_v is token v's angle;
-parity is solved exactly by θ_0 ≡ 0 and θ_1 ≡ π (mod 2π), i.e. by the relative angle δ = θ_1 − θ_0 = π
-and a still "clock" θ_0 = 0. Three questions:
-
-1. ``spread``: the initial angles θ_v (exp(hat(W e_v + b)) = R(θ_v)) over many default inits.
-2. ``landscape``: the expected training loss (lengths uniform in 2–40, every position scored),
-   computed exactly over the binomial law of k at each position, along two slices of the (θ_0, θ_1)
-   torus (θ_1 with θ_0 = 0; θ_0 with δ = π) and over the whole torus, for (a) the ideal fixed readout
-   (odd − even logit = −κ cos φ) and (b) the best logistic readout of (cos φ, sin φ, 1) at each point
-   (a profile: what any readout of the state can reach); and the clock's basin against the longest
-   training length.
-3. ``train``: 400 steps of batch 64, lengths 2–40, lr 1e-2 (AdamW and RiemannianAdam, clip 1,
-   cosine schedule: experiments.train's defaults): the default model (linear readout), the
-   prototype readout, hand-set initial angles, a length curriculum, smaller learning rates, and the
-   LSTM of hidden size 32, with accuracy at lengths 40, 256 and 1024 and the angles' trajectory.
-
-Nothing here changes a library default; hand-set angles are written into a default model's input map.
+The state after t bits with k ones is the rotation by (t − k)θ_0 + kθ_1 (θ_v: token v's angle); parity
+is solved by θ_0 ≡ 0, θ_1 ≡ π. Single-threaded, a few minutes; nothing here changes a library default.
 """
 
 from __future__ import annotations

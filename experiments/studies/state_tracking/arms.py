@@ -1,29 +1,12 @@
-"""The model arms of the state-tracking and copy studies (issue 14 items 2, 3 and 5), shared by the
-``state-tracking`` and ``copy`` presets.
+"""The model arms of the state-tracking study, shared by its ``state-tracking`` and ``copy`` presets.
 
-Arms (``arms``), every one sized to one parameter budget per task by
-``experiments.params_budget`` (within ±2%; the mLSTM, whose inner width moves in steps, within
-±``MLSTM_TOLERANCE``; the learned-position GPT on long copy sequences within ±``COARSE_TOLERANCE``):
-
-* ``rnn-{G}-input`` and ``rnn-{G}-rec``: the group RNN with G ∈ {SO, U, T, BO}, input-driven
-  (``recurrent=False``: the updates depend on the token only, run as an associative scan) and
-  recurrent (the state term U(H_{t−1}) in the update); SO stands for SO/O (one Lie algebra; the
-  state's exponentials lie in SO(n)). Sized along n, then the embedding width.
-* ``lstm``: one layer, sized along the hidden size.
-* ``gpt-learned``: 2 layers, 2 heads, learned absolute positions. Its count is matched at the
-  training length (positions past it never receive a gradient and are not counted); the built
-  model holds ``max_length`` = the longest test length, so it can be evaluated there at all.
-* ``gpt-rotary``, ``gpt-alibi``: the same GPT with rotary / ALiBi positions (no parameters, no
-  length limit; ``experiments.positions``).
-* ``mlstm-plain``, ``mlstm-ns``: the mLSTM (2 heads) with the plain and the Newton–Schulz read.
-* ``gtf-SO``: the SO(n) group Transformer (2 layers, 2 heads, algebra attention).
-
-Remedy arms (``remedy_arms``, issue 14 item 3): the input-driven group RNNs trained with a length
-curriculum (``curriculum_steps``; the probe in experiments/results/state_tracking/
-so2_parity_probe.txt found that short sequences first let the SO(2) parity clock θ_0 settle in its
-basin, which is wide only at short lengths), and (``spread_arms``) the same arms initialised with
-every token's rotation angles spread over [0, π] (``GroupRNNConfig.input_init = "spread"``; the
-probe's other remedy), otherwise the same config.
+``arms``: every arm sized to one parameter budget per task by ``experiments.params_budget``
+(within ±2%; the mLSTM within ±``MLSTM_TOLERANCE``, the learned-position GPT on long copy sequences
+within ±``COARSE_TOLERANCE``): the group RNN with G ∈ {SO, U, T, BO}, input-driven (``rnn-G-input``)
+and recurrent (``rnn-G-rec``); ``lstm``; GPTs with learned, rotary and ALiBi positions; the mLSTM
+with the plain and the Newton–Schulz read; the SO(n) group Transformer (``gtf-SO``).
+``remedy_arms`` and ``spread_arms``: the input-driven group RNNs with a length curriculum
+(``-curriculum``) and with ``input_init="spread"`` (``-spread``); README.md says why.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
-"""Report the state-tracking and copy studies (issue 14 item 5): ``python -m experiments.tracking_report DIR``.
+"""The state-tracking and copy reports: ``python -m experiments.studies.state_tracking.report DIR``.
 
-Reads every finished run under DIR (``*/final.json`` with ``config.json``), named
-``{cell}-{arm}-seed{k}`` as the ``state-tracking`` and ``copy`` presets name them (a cell is a task
-setting: ``parity``, ``mod3``, ``S3``, ``A5``, ``S5``, or a copy delay ``T100`` …), and writes into DIR:
-
-* ``tracking_report.md``: per cell, a table of arms with the parameter count, the test accuracy
-  (all positions; mean over seeds, and the range) at every test length, and the solved count;
-  per copy delay, the test loss (mean ± 95% CI over seeds) next to the memoryless baseline
-  10·ln 8/(T + 20), their ratio and the recall accuracy; the training time per run;
-* ``tracking_table.json`` and ``tracking_table.csv``: one row per (cell, arm) with every figure;
-* ``tracking_<cell>.png``: test accuracy against test length (log₂ axis), one line per arm (mean
-  over seeds), the training length marked; ``tracking_copy.png``: test loss / baseline against T.
-
-Solved: a seed whose test accuracy at 4× the training length (``SOLVED_FACTOR``; 256 for training
-lengths ≤ 64) is at least ``SOLVED_ACCURACY`` = 99%, over all positions of the fixed test set.
-
-The state-tracking study mixes two tasks (``count``, ``words``) in one directory, which
-``experiments.report`` (one task per directory) refuses, so this module is called directly.
-
-The remedies of issue 14 item 3 are arms of the ``state-tracking`` preset (``-curriculum``: short
-words first; ``-spread``: ``GroupRNNConfig.input_init="spread"``, each token's update drawn with
-its rotation angles uniform in [0, π]; see ``experiments.sweeps.tracking``), reported as arms.
+Reads every finished run ``{cell}-{arm}-seed{k}`` under DIR (a cell: ``parity``, ``mod3``, ``S3``,
+``A5``, ``S5`` or a copy delay ``T100`` …) and writes into DIR ``tracking_report.md`` (per cell the
+arms' test accuracy at every test length and their solved seeds; per copy delay the test loss
+against the memoryless baseline 10·ln 8/(T + 20)), ``tracking_table.json``/``.csv`` and
+``tracking_<cell>.png``. Solved: test accuracy ≥ ``SOLVED_ACCURACY`` at ``SOLVED_FACTOR`` × the
+training length. The study mixes two tasks in one directory, which ``experiments.report`` refuses.
 """
 
 from __future__ import annotations
@@ -227,7 +212,7 @@ def report(directory):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.tracking_report",
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.state_tracking.report",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=Path)
     print(report(parser.parse_args(argv).directory))
