@@ -24,7 +24,7 @@ $PY -m experiments.bench --device cuda --out "$OUT" | tee "$OUT/bench.txt" || st
 $PY -m experiments.train --preset paper/ptb_char-rnn-O-seed0 --device cuda --steps 200 --warmup 20 \
   --run-dir "$OUT/slice-paper-ptb_char-rnn-O" || status=1
 for read in plain ns; do
-  $PY -m experiments.recall --vocab-size 80 --length 512 --read "$read" --steps 200 --batch 64 --lr 3e-4 \
+  $PY -m experiments.studies.noisy_recall.train --vocab-size 80 --length 512 --read "$read" --steps 200 --batch 64 --lr 3e-4 \
     --device cuda --run-dir "$OUT/slice-nar-paper-$read" || status=1
 done
 exit $status

@@ -1,11 +1,11 @@
-"""Noisy-recall training runs (the experiments/recall.py preset of experiments.train): a few-step smoke run of
+"""Noisy-recall training runs (``experiments.studies.noisy_recall.train``): a few-step smoke run of
 both reads."""
 
 import json
 
 import pytest
 
-from experiments.recall import main
+from experiments.studies.noisy_recall.train import main
 from experiments.train import TrainConfig, build_config, learning_rate_factor
 
 TINY = ["--vocab-size", "24", "--length", "16", "--steps", "4", "--batch", "4", "--valid-sequences", "6",
@@ -48,7 +48,7 @@ def test_schedules():
 
 
 def test_the_command_line_records_the_command_and_the_revision(tmp_path):
-    from experiments.recall import main
+    from experiments.studies.noisy_recall.train import main
 
     argv = ["--vocab-size", "24", "--length", "16", "--steps", "2", "--batch", "2", "--valid-sequences", "2",
             "--eval-every", "1", "--embedding-dim", "8", "--run-dir", str(tmp_path / "run")]

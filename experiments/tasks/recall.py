@@ -16,8 +16,8 @@ from experiments.tasks.base import SPLIT_SEED_OFFSETS, Task, model_device, split
 from experiments.tasks.nar import NoisyRecallConfig, NoisyRecallTask, accuracy
 
 EVAL_BATCH = 64  # sequences per forward pass in evaluation (the result does not depend on it)
-# The post's optimization (SPEC §6), as experiments.train options: AdamW with weight decay, no
-# clipping, no warm-up, cosine decay; the defaults of ``python -m experiments.recall`` and the nar sweeps.
+# The post's optimization, as experiments.train options: AdamW with weight decay, no clipping, no
+# warm-up, cosine decay; the defaults of the noisy-recall study's runs.
 RECIPE = {"steps": 2000, "batch": 64, "lr": 1e-3, "schedule": "cosine", "weight_decay": 0.01, "clip": None,
           "eval_every": 100}
 

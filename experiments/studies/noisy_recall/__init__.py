@@ -1,0 +1,1 @@
+"""Noisy in-context recall: does the Newton–Schulz read help the mLSTM? (README.md here)"""
