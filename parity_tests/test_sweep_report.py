@@ -106,10 +106,10 @@ def test_a_killed_worker_fails_its_own_run_and_the_sweep_goes_on(tmp_path):
 def test_the_study_sweeps_hold_matched_arms(name, vocab_size):
     from experiments.params_budget import TOLERANCE, parameter_count
     from experiments.sweeps import load_runs
-    from experiments.sweeps.charlm import BUDGET, SEEDS
+    from experiments.studies.charlm_early.recipe import BUDGET, SEEDS
     from experiments.train import build_config
 
-    runs = load_runs(f"experiments.sweeps.{name}")
+    runs = load_runs(f"experiments.studies.charlm_early.{name}")
     assert len(runs) == 12 * len(SEEDS)
     for run in runs[::len(SEEDS)]:
         config = build_config(run.model, run.task, run.options)  # the config the sweep trains
@@ -456,13 +456,14 @@ def test_the_seed_mean_ends_where_the_shortest_run_ends_and_the_longer_runs_are_
 
 def test_a_v2_group_rnn_the_sizer_leaves_a_narrow_embedding_takes_the_next_smaller_n():
     from experiments.params_budget import TOLERANCE, parameter_count
-    from experiments.sweeps import charlm, charlm_v2
+    from experiments import lm_arms
+    from experiments.sweeps import charlm_v2
 
-    first = charlm.arms(50, charlm_v2.BUDGET, study=charlm_v2.templates, free=charlm_v2.FREE)["rnn-U"][1]
+    first = lm_arms.arms(50, charlm_v2.BUDGET, study=charlm_v2.templates, free=charlm_v2.FREE)["rnn-U"][1]
     assert (first.n, first.embedding_dim) == (17, 9)  # the sizer's closer n on Penn Treebank characters
     model, config = charlm_v2.arms(50)["rnn-U"]
     assert model == "group_rnn" and config.n == 16 and config.embedding_dim >= charlm_v2.MIN_EMBEDDING
     assert abs(parameter_count(config) - charlm_v2.BUDGET) <= TOLERANCE * charlm_v2.BUDGET
-    unchanged = charlm.arms(50, charlm_v2.BUDGET, study=charlm_v2.templates, free=charlm_v2.FREE)
+    unchanged = lm_arms.arms(50, charlm_v2.BUDGET, study=charlm_v2.templates, free=charlm_v2.FREE)
     assert {arm: sized for arm, sized in charlm_v2.arms(50).items() if arm != "rnn-U"} == \
         {arm: sized for arm, sized in unchanged.items() if arm != "rnn-U"}

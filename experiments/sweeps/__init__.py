@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 from experiments.sweep_run import SweepRun, Tuning
 
-PRESETS = {"charlm-ptb": "experiments.sweeps.charlm_ptb", "charlm-shakespeare": "experiments.sweeps.charlm_shakespeare",
+PRESETS = {"charlm-ptb": "experiments.studies.charlm_early.charlm_ptb",
+           "charlm-shakespeare": "experiments.studies.charlm_early.charlm_shakespeare",
            "paper": "experiments.sweeps.charlm_paper", "charlm-v2-ptb": "experiments.sweeps.charlm_v2_ptb",
            "charlm-v2-shakespeare": "experiments.sweeps.charlm_v2_shakespeare", "nar-cpu": "experiments.studies.noisy_recall.nar_cpu",
            "nar-cpu-ns-steps": "experiments.studies.noisy_recall.nar_cpu_ns_steps", "nar-paper": "experiments.studies.noisy_recall.nar_paper",

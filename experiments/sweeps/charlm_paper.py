@@ -1,6 +1,6 @@
 """The ``paper`` preset: the character-level study at full scale, for a GPU, with the fair recipe.
 
-The same arms as the CPU study (experiments/sweeps/charlm.py), sized to 2M parameters (the
+The arms of ``experiments.lm_arms`` (those of the early-learning study), sized to 2M parameters (the
 paper's upper budget), on both Penn Treebank characters and Tiny Shakespeare. Each arm's
 learning rate is chosen on validation from {3e-4, 1e-3, 3e-3, 1e-2} by one seed trained for
 ``TUNE_STEPS`` (``experiments.tuning``), checked at the full length (an arm whose seed-0 run
@@ -17,7 +17,7 @@ seconds, so the sweep would take weeks.
 import dataclasses
 
 from experiments.sweep_run import Tuning
-from experiments.sweeps.charlm import runs
+from experiments import lm_arms
 from experiments.sweeps.charlm_v2 import STABILITY_MARGIN
 
 NEEDS_CUDA = "The paper preset is 12 arms × 5 seeds × 2 datasets × 8,000 steps at 2M parameters: weeks on a CPU."
@@ -28,5 +28,5 @@ TUNE_STEPS = 2000
 TUNING = Tuning(options={"steps": TUNE_STEPS}, stability_margin=STABILITY_MARGIN)
 SEEDS = (0, 1, 2, 3, 4)
 RUNS = [run for dataset, vocab in (("ptb_char", 50), ("tinyshakespeare", 65))
-        for run in runs(dataset, vocab, budget=2_000_000, training=TRAINING, seeds=SEEDS)]
+        for run in lm_arms.runs(dataset, vocab, 2_000_000, TRAINING, SEEDS)]
 RUNS = [dataclasses.replace(run, name=f"{run.options['dataset']}-{run.name}") for run in RUNS]

@@ -58,7 +58,7 @@ import dataclasses
 
 from experiments.params_budget import size_to_budget
 from experiments.sweep_run import Tuning, arm_of
-from experiments.sweeps import charlm
+from experiments import lm_arms
 from reference.config import GroupRNNConfig
 
 BUDGET = 200_000
@@ -90,7 +90,7 @@ def _split_fix():
 def templates(vocab_size, length=None):
     """``{arm: (model name, config template)}``: ``ARMS`` from the first study, ``rnn-O-fix``, and the
     second O shape ``rnn-O{SECOND_SHAPE_N}-fix`` (sized along its embedding width, ``FREE``)."""
-    first = charlm.templates(vocab_size, length)
+    first = lm_arms.templates(vocab_size, length)
     chosen = {name: first[name] for name in ARMS}
     if O_FIX:
         chosen["rnn-O-fix"] = ("group_rnn", dataclasses.replace(first["rnn-O"][1], **_split_fix()[0]))
@@ -100,10 +100,10 @@ def templates(vocab_size, length=None):
 
 
 def arms(vocab_size, budget=BUDGET, length=None):
-    """``{arm: (model name, config sized to ``budget``)}``: ``templates`` sized by ``charlm.arms``,
+    """``{arm: (model name, config sized to ``budget``)}``: ``templates`` sized by ``lm_arms.arms``,
     then each group RNN whose embedding came out narrower than ``MIN_EMBEDDING`` sized again at
     the next smaller n (``block`` smaller for BO) along its embedding alone."""
-    sized = charlm.arms(vocab_size, budget, length, templates, FREE)
+    sized = lm_arms.arms(vocab_size, budget, length, templates, FREE)
     for arm, (model, config) in sized.items():
         if model == "group_rnn" and config.embedding_dim < MIN_EMBEDDING:
             smaller = dataclasses.replace(config, n=config.n - (config.block or 1))
@@ -116,5 +116,5 @@ def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS):
     takes ``PLAIN``'s options and ``rnn-O-fix`` the run options of ``O_FIX``."""
     extra = {"rnn-O": PLAIN, "rnn-O-fix": _split_fix()[1], SECOND_SHAPE: _split_fix()[1]}
     training = TRAINING if training is None else training
-    every = charlm.runs_of(arms(vocab_size, budget, training["length"]), dataset, training, seeds)
+    every = lm_arms.runs_of(arms(vocab_size, budget, training["length"]), dataset, training, seeds)
     return [dataclasses.replace(run, options={**run.options, **extra.get(arm_of(run.name), {})}) for run in every]

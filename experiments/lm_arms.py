@@ -1,15 +1,9 @@
-"""The character-level language-model study (issue "Experiments I", item 6), at CPU scale.
+"""The arms of a language-model comparison, sized to one parameter budget, as SweepRuns.
 
-Arms, all sized to one budget (``BUDGET`` real parameters, within ±2%, by
-``experiments.params_budget.size_to_budget``): the group RNN with O, SO, U, SU, T, BO and GL; the
-mixing ablation of the O(n) RNN (``none`` is the O arm; ``scalar``; ``lowrank`` of rank 4); the
-O(n) group Transformer (2 layers, 2 heads, algebra attention); an LSTM and a GPT (2 layers,
-4 heads). ``SEEDS`` seeds per arm. One training recipe for every arm: AdamW / RiemannianAdam at
-``LR`` with a 20-step warm-up and cosine decay over ``STEPS`` steps of 32 × 128 tokens.
-
-Cost measured on the 2-core CPU machine (one torch thread per worker, two workers): about
-0.5–0.75 s per step for the group models and 0.15–0.25 s for the baselines at 0.5M parameters,
-so one dataset (36 runs of 400 steps) takes about an hour.
+``templates``: the group RNN with every group, the O RNN's mixing ablation, the O group
+Transformer, an LSTM and a GPT; ``arms`` sizes a study's templates to a budget
+(``experiments.params_budget.size_to_budget``, ±2%); ``runs``/``runs_of`` make the SweepRuns
+``<arm>-seed<k>`` of sized arms on a dataset with one set of training options.
 """
 
 from __future__ import annotations
@@ -21,18 +15,12 @@ from experiments.params_budget import size_to_budget
 from experiments.sweep_run import SweepRun
 from reference.config import GroupRNNConfig, GroupTransformerConfig
 
-BUDGET = 500_000
-SEEDS = (0, 1, 2)
-STEPS = 400
-LR = 1e-3
-TRAINING = {"steps": STEPS, "batch": 32, "length": 128, "lr": LR, "schedule": "cosine", "warmup": 20,
-            "eval_every": 100, "eval_tokens": 20_000, "checkpoint_every": 100,
-            "map_lr": "plain"}  # the committed runs (before issue 13's n-aware rates) used one rate
 GROUPS = ("O", "SO", "U", "SU", "T", "BO", "GL")
+GPT_LENGTH = 128  # the GPT's maximum length where a caller gives none
 
 
 def templates(vocab_size, length=None):
-    """``{arm name: (model name, config template)}`` of this study; ``length``: the GPT's maximum length."""
+    """``{arm name: (model name, config template)}``; ``length``: the GPT's maximum length."""
     sized = {f"rnn-{group}": ("group_rnn", GroupRNNConfig(vocab_size=vocab_size, group=group)) for group in GROUPS}
     sized["rnn-O-mix-scalar"] = ("group_rnn", GroupRNNConfig(vocab_size=vocab_size, group="O", mixing="scalar"))
     sized["rnn-O-mix-lowrank"] = ("group_rnn", GroupRNNConfig(vocab_size=vocab_size, group="O", mixing="lowrank",
@@ -40,11 +28,11 @@ def templates(vocab_size, length=None):
     sized["transformer-O"] = ("group_transformer", GroupTransformerConfig(vocab_size=vocab_size, group="O",
                                                                           num_layers=2, num_heads=2))
     sized["lstm"] = ("lstm", LSTMConfig(vocab_size=vocab_size, hidden_size=1))
-    sized["gpt"] = ("gpt", GPTConfig(vocab_size=vocab_size, width=4, max_length=length or TRAINING["length"]))
+    sized["gpt"] = ("gpt", GPTConfig(vocab_size=vocab_size, width=4, max_length=length or GPT_LENGTH))
     return sized
 
 
-def arms(vocab_size, budget=BUDGET, length=None, study=templates, free=None):
+def arms(vocab_size, budget, length=None, study=templates, free=None):
     """``{arm name: (model name, config sized to ``budget``)}`` of ``study(vocab_size, length)``'s templates;
     ``free``: ``{arm: the size field(s) to search}`` where not the family's default (``size_to_budget``)."""
     free = free or {}
@@ -52,11 +40,9 @@ def arms(vocab_size, budget=BUDGET, length=None, study=templates, free=None):
             for name, (model, template) in study(vocab_size, length).items()}
 
 
-def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS, study=templates, free=None):
-    """Every (arm, seed) of a study on ``dataset`` as SweepRuns (defaults: this CPU study's arms and
-    recipe); ``study``: a function ``(vocab_size, length) -> {arm: (model name, config template)}``;
-    ``free``: as in ``arms``."""
-    training = TRAINING if training is None else training
+def runs(dataset, vocab_size, budget, training, seeds, study=templates, free=None):
+    """Every (arm, seed) of ``study``'s arms (a function ``(vocab_size, length) -> {arm: (model name,
+    config template)}``) at ``budget`` on ``dataset`` as SweepRuns; ``free``: as in ``arms``."""
     return runs_of(arms(vocab_size, budget, training["length"], study, free), dataset, training, seeds)
 
 
