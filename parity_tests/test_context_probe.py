@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from experiments import train
-from experiments import context_probe
-from experiments.context_probe import position_bins, probe, probe_accuracy, readout_bits, readout_inputs
+from experiments.studies.charlm_v2 import context_probe
+from experiments.studies.charlm_v2.context_probe import position_bins, probe, probe_accuracy, readout_bits, readout_inputs
 from experiments.models import build_model
 
 TINY = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eval_every": 2, "eval_tokens": 64,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from experiments import train
-from experiments.state_spectrum import RANK_TOLERANCE, measure, spectrum, trace_blowup
+from experiments.studies.charlm_v2.state_spectrum import RANK_TOLERANCE, measure, spectrum, trace_blowup
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from parity_tests.harness import to_torch
 from reference.config import GroupRNNConfig

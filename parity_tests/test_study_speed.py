@@ -7,7 +7,7 @@ from experiments.bench import study_speed
 from experiments.report import table
 
 SWEEP = '''
-from experiments.sweeps.charlm_v2 import runs
+from experiments.studies.charlm_v2.recipe import runs
 
 TINY = {"steps": 4, "batch": 2, "length": 8, "lr": 1e-3, "eval_every": 2, "eval_tokens": 48, "checkpoint_every": 2,
         "carried_streams": 5000, "device": "auto"}

@@ -174,7 +174,7 @@ def test_a_task_without_its_own_report_gets_every_final_metric_over_seeds(tmp_pa
 
 TUNED_SWEEP = '''
 from experiments.sweep_run import Tuning
-from experiments.sweeps.charlm_v2 import runs
+from experiments.studies.charlm_v2.recipe import runs
 
 TINY = {"steps": 4, "batch": 2, "length": 8, "lr": 1e-3, "eval_every": 2, "eval_tokens": 48, "checkpoint_every": 2,
         "carried_streams": 5000, "device": "auto"}
@@ -230,7 +230,8 @@ def test_the_report_flags_a_best_step_at_the_last_evaluation():
 def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, folder, vocab_size, monkeypatch):
     from experiments.params_budget import TOLERANCE, parameter_count
     from experiments.sweep_run import LEARNING_RATES, arm_of
-    from experiments.sweeps import charlm_v2, load_sweep
+    from experiments.studies.charlm_v2 import recipe as charlm_v2
+    from experiments.sweeps import load_sweep
     from experiments.train import build_config
 
     sweep = load_sweep(preset)
@@ -457,7 +458,7 @@ def test_the_seed_mean_ends_where_the_shortest_run_ends_and_the_longer_runs_are_
 def test_a_v2_group_rnn_the_sizer_leaves_a_narrow_embedding_takes_the_next_smaller_n():
     from experiments.params_budget import TOLERANCE, parameter_count
     from experiments import lm_arms
-    from experiments.sweeps import charlm_v2
+    from experiments.studies.charlm_v2 import recipe as charlm_v2
 
     first = lm_arms.arms(50, charlm_v2.BUDGET, study=charlm_v2.templates, free=charlm_v2.FREE)["rnn-U"][1]
     assert (first.n, first.embedding_dim) == (17, 9)  # the sizer's closer n on Penn Treebank characters

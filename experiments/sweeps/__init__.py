@@ -18,8 +18,8 @@ from experiments.sweep_run import SweepRun, Tuning
 
 PRESETS = {"charlm-ptb": "experiments.studies.charlm_early.charlm_ptb",
            "charlm-shakespeare": "experiments.studies.charlm_early.charlm_shakespeare",
-           "paper": "experiments.sweeps.charlm_paper", "charlm-v2-ptb": "experiments.sweeps.charlm_v2_ptb",
-           "charlm-v2-shakespeare": "experiments.sweeps.charlm_v2_shakespeare", "nar-cpu": "experiments.studies.noisy_recall.nar_cpu",
+           "paper": "experiments.studies.charlm_v2.charlm_paper", "charlm-v2-ptb": "experiments.studies.charlm_v2.charlm_v2_ptb",
+           "charlm-v2-shakespeare": "experiments.studies.charlm_v2.charlm_v2_shakespeare", "nar-cpu": "experiments.studies.noisy_recall.nar_cpu",
            "nar-cpu-ns-steps": "experiments.studies.noisy_recall.nar_cpu_ns_steps", "nar-paper": "experiments.studies.noisy_recall.nar_paper",
            "state-tracking": "experiments.studies.state_tracking.state_tracking",
            "copy": "experiments.studies.state_tracking.copy"}  # {preset: the module that defines its RUNS}

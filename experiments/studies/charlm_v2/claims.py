@@ -1,14 +1,14 @@
-"""The verdict of the v2 character-level study on the paper's three claims (issue 13 item 6).
+"""The verdict of the v2 character-level study on the paper's three claims.
 
-``python -m experiments.charlm_claims [DIR]`` reads DIR (default ``experiments/results/charlm_v2``),
-which holds one finished sweep of ``experiments/sweeps/charlm_v2.py`` per dataset (``shakespeare/``,
+``python -m experiments.studies.charlm_v2.claims [DIR]`` reads DIR (default ``experiments/results/charlm_v2``),
+which holds one finished sweep of ``experiments/studies/charlm_v2/recipe.py`` per dataset (``shakespeare/``,
 ``ptb_char/``), and writes ``DIR/claims.md`` and ``DIR/claims.json``. The claims and the comparisons
 that test them (``COMPARISONS``):
 
 1. the group models are competitive with matched baselines: each group arm − the LSTM, − the GPT;
 2. they beat their unconstrained counterpart: the O RNNs − the GL RNN;
 3. tangent-space mixing adds about 2–3% relative: O with scalar mixing − O without (both with the
-   fix of item 2, ``rnn-O-fix``);
+   n-aware fix, ``rnn-O-fix``);
 
 and two that explain the numbers: the fix (``rnn-O-fix`` − ``rnn-O``) and the two O shapes
 (``rnn-O16-fix`` − ``rnn-O-fix``).
@@ -19,7 +19,7 @@ d_s = a_s − b_s and r_s = 100 · d_s / b_s (percent), and reports the mean of 
 95% t-intervals over the paired seeds (``experiments.stats.mean_ci``): windowed, and with the state
 carried across the test split where both arms are recurrent. A negative difference favours a.
 
-Each dataset also gets its checks (issue 13's acceptance): the unigram level, the cross-entropy of
+Each dataset also gets its checks: the unigram level, the cross-entropy of
 the training split's character frequencies (add-one smoothed) on the test split, with every arm's
 worst seed against it; each run's last validation bits (where its training ended, not its best
 checkpoint) against the same level on the validation split, with how far it rose above its best;
@@ -394,14 +394,14 @@ def claims(directory=DEFAULT_DIR):
     markdown = ("# The paper's claims, seed-paired\n\nTest bits per character of each run's best-validation "
                 "model; a − b paired by seed, mean ± 95% t-interval over the paired seeds; relative = "
                 f"100 (a − b) / b. Negative favours a. {NOT_CONVERGED}: the best step is the run's last "
-                "evaluation. Written by `python -m experiments.charlm_claims`.\n\n" + "\n".join(sections))
+                "evaluation. Written by `python -m experiments.studies.charlm_v2.claims`.\n\n" + "\n".join(sections))
     (directory / "claims.md").write_text(markdown)
     (directory / "claims.json").write_text(json.dumps(record, indent=2, allow_nan=True))
     return markdown
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.charlm_claims", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.claims", description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=Path, nargs="?", default=DEFAULT_DIR)
     print(claims(parser.parse_args(argv).directory))
     return 0

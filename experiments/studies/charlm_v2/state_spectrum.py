@@ -1,7 +1,7 @@
 """How a trained group RNN's state is conditioned along a validation stream: why GL's carried-state
 evaluation fails while its windowed one does not; and how a GL run's training loss turns NaN.
 
-``python -m experiments.state_spectrum DIR [DIR ...] --out OUT [--length 1024]`` takes finished
+``python -m experiments.studies.charlm_v2.state_spectrum DIR [DIR ...] --out OUT [--length 1024]`` takes finished
 group-RNN runs (with ``best.pt``) and feeds each best-validation model ``STREAMS`` random validation
 pieces of ``--length`` characters, the state starting at the model's H_0. At each position t it
 takes the singular values σ_1 ≥ … ≥ σ_n of the state H_t (n × n, unpacked for T and BO; float32 as
@@ -19,7 +19,7 @@ trained, the SVD in float64) and records, over the pieces, the median of
 Writes ``OUT/state_spectrum.json`` (per run: its arm, test bits and the five curves) and
 ``OUT/state_spectrum.png`` (σ_min / σ_max, the rank and ‖H_t‖_F / √n against t).
 
-``python -m experiments.state_spectrum --blowup DIR [DIR ...] --out OUT`` replays runs that stopped
+``python -m experiments.studies.charlm_v2.state_spectrum --blowup DIR [DIR ...] --out OUT`` replays runs that stopped
 on a non-finite training loss (``final.json``'s ``stopped``): a copy of each run resumes from its
 last checkpoint (or starts afresh, if it stopped before one) and trains to the failing step exactly
 as it did (the training is deterministic on the CPU). On that step's batch it finds the first
@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from experiments.context_probe import load_best, runs_with_best  # noqa: E402
+from experiments.studies.charlm_v2.context_probe import load_best, runs_with_best  # noqa: E402
 from experiments.datasets import load_dataset  # noqa: E402
 from experiments.sweep_run import arm_of  # noqa: E402
 from experiments.train import Run, RunConfig  # noqa: E402
@@ -170,7 +170,7 @@ def plot(record, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.state_spectrum", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.state_spectrum", description=__doc__.splitlines()[0])
     parser.add_argument("directories", nargs="+", type=Path, help="finished group-RNN runs (with best.pt)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--length", type=int, default=LENGTH)

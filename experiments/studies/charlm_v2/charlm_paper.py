@@ -18,7 +18,7 @@ import dataclasses
 
 from experiments.sweep_run import Tuning
 from experiments import lm_arms
-from experiments.sweeps.charlm_v2 import STABILITY_MARGIN
+from experiments.studies.charlm_v2.recipe import STABILITY_MARGIN
 
 NEEDS_CUDA = "The paper preset is 12 arms × 5 seeds × 2 datasets × 8,000 steps at 2M parameters: weeks on a CPU."
 TRAINING = {"steps": 8000, "batch": 64, "length": 256, "lr": 1e-3, "schedule": "cosine", "warmup": 200,

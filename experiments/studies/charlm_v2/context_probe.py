@@ -1,6 +1,6 @@
 """How much of the recent context a trained language model's readout can see, linearly.
 
-``python -m experiments.context_probe DIR [DIR ...] --out OUT`` takes finished runs of a character
+``python -m experiments.studies.charlm_v2.context_probe DIR [DIR ...] --out OUT`` takes finished runs of a character
 LM (the v2 study's ``<arm>-seed<k>`` directories, each with ``best.pt``) and asks of each: at
 position t of a validation window, which earlier character x_{t−k} can a linear map read from the
 vector the model's readout reads, z_t?
@@ -261,7 +261,7 @@ def plot(record, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.context_probe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.context_probe", description=__doc__.splitlines()[0])
     parser.add_argument("directories", nargs="+", type=Path, help="finished runs (with best.pt)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

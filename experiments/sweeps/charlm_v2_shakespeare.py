@@ -1,6 +1,0 @@
-"""The v2 character-level study on Tiny Shakespeare (65 symbols); see experiments/sweeps/charlm_v2.py."""
-
-from experiments.sweeps.charlm_v2 import TUNING, runs  # noqa: F401 - TUNING makes the sweep tune its rates
-
-OUT = "experiments/results/charlm_v2/shakespeare"
-RUNS = runs("tinyshakespeare", vocab_size=65)
