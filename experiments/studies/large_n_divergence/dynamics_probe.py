@@ -1,38 +1,13 @@
-"""Training-dynamics probe of the group RNN on Tiny Shakespeare (issue 13, item 2): why O(30) diverges.
+"""Training-dynamics probe of the O(n) group RNN on Tiny Shakespeare: why O(30) diverges, and
+which fixes help.
 
-    python -m experiments.dynamics_probe run O30-base O16-base [--steps 200 --batch 32 --length 128]
-    python -m experiments.dynamics_probe plot      # figures of FIGURES
-    python -m experiments.dynamics_probe summary   # table of every saved arm (summary.json)
-    python -m experiments.dynamics_probe first-step   # the drive after one Adam step, n = 8..36
-    python -m experiments.dynamics_probe list
+    python -m experiments.studies.large_n_divergence.dynamics_probe run O30-base O16-base [--steps 200 --batch 32 --length 128]
+    python -m experiments.studies.large_n_divergence.dynamics_probe plot | summary | first-step | list
 
-A self-contained training loop (the optimizers of ``experiments.train.Optimizers``: AdamW on
-Euclidean parameters, RiemannianAdam on group-valued ones; gradient clipping at 1.0; constant
-learning rate; the data windows of ``experiments.lm.random_windows`` drawn from
-``numpy.random.default_rng(seed)``, so an arm without a fix is the run ``experiments.train`` makes
-with ``--schedule constant``). It records, every ``--every`` steps, on the first ``SAMPLE``
-sequences of the training batch:
-
-- ‖W e_t‖, ‖U realvec(H_{t−1})‖, ‖b‖ and ‖c_t‖ (mean over t and sequences) — the input and state
-  terms of the update's coordinates c_t;
-- the spectral norm of A_t = hat(c_t) (the largest rotation angle of one step), mean and max, of the
-  raw c_t and of the c_t actually applied (they differ only under a bounded step);
-- the state's self-similarity Re tr(H_tᴴ H_{t+k}) / n at k = 1 and 10;
-- the gradient norm of each parameter before clipping, and the readout's weight norm;
-
-and at every step the training loss (bits) and the relative change ‖ΔP‖/‖P‖ of W, U, the
-embedding and the readout weight made by that optimizer step. Validation bits (windowed, 128
-tokens, ``--eval-tokens`` tokens of the validation split) at steps 0, 50, 100, ….
-
-Fixes are applied to the built model from outside the library (no library file is changed):
-
-- ``bound``: A ← θ·tanh(r/θ)·A/r after mixing, r = ‖A‖₂ (``spectral``) or ‖A‖_F = ‖c‖ (``frobenius``);
-- ``relative``: Adam learning rate of W set to ρ·σ_W and of U to ρ·σ_U, σ the full-scale init std
-  (σ_W = 1/√(F·dim g), σ_U = 1/√(n·dim g)): every Adam step moves W and U by about ρ relative to
-  their scale, whatever n (the same as W = σ_W·W̃ with W̃ ~ N(0, 1) trained at lr ρ);
-- ``lr_maps``: a plain multiplier on the learning rate of W and U.
-
-Results: ``experiments/results/dynamics_probe/<arm>.json`` and the figures of ``plot``.
+Each arm of ``ARMS`` trains with the optimizers of ``experiments.train.Optimizers`` at a constant
+rate on the windows of ``experiments.tasks.lm.random_windows`` and records the update's terms and
+the state's dynamics (``train``); its fix is applied to the built model from outside the library
+(``build``, ``map_learning_rates``). Results: ``experiments/results/large_n_divergence/``.
 """
 
 from __future__ import annotations
@@ -58,7 +33,7 @@ from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
 from reference.config import GroupRNNConfig
 
-RESULTS = Path(__file__).parent / "results" / "dynamics_probe"
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "large_n_divergence"
 SAMPLE = 8          # sequences of the batch the dynamics are measured on
 LAGS = (1, 10)
 EVAL_EVERY = 50
@@ -129,6 +104,14 @@ class BoundedStep(nn.Module):
 
 
 def build(arm, vocab_size, seed):
+    """The arm's model (seed ``seed``) with its fix, applied from outside the library:
+
+    - ``bound``: A ← θ·tanh(r/θ)·A/r after mixing, r = ‖A‖₂ (``spectral``) or ‖A‖_F = ‖c‖ (``frobenius``);
+    - ``relative``: Adam learning rate of W set to ρ·σ_W and of U to ρ·σ_U, σ the full-scale init std
+      (σ_W = 1/√(F·dim g), σ_U = 1/√(n·dim g)): every Adam step moves W and U by about ρ relative to
+      their scale, whatever n (the same as W = σ_W·W̃ with W̃ ~ N(0, 1) trained at lr ρ);
+    - ``lr_maps``: a plain multiplier on the learning rate of W and U.
+    """
     generator = torch.Generator().manual_seed(seed)
     if arm.model == "lstm":
         return build_model(LSTMConfig(vocab_size=vocab_size, hidden_size=arm.hidden_size), generator=generator)
@@ -216,6 +199,20 @@ WATCHED = {"W": "cell.input_map.weight", "U": "cell.state_map.weight", "embeddin
 
 
 def train(name, arm, steps, batch, length, every, eval_tokens, seed=0):
+    """Train arm ``name`` and write its record to ``RESULTS/<name>.json``: every ``every`` steps, on
+    the first ``SAMPLE`` sequences of the training batch,
+
+    - ‖W e_t‖, ‖U realvec(H_{t−1})‖, ‖b‖ and ‖c_t‖ (mean over t and sequences) — the input and state
+      terms of the update's coordinates c_t;
+    - the spectral norm of A_t = hat(c_t) (the largest rotation angle of one step), mean and max, of the
+      raw c_t and of the c_t actually applied (they differ only under a bounded step);
+    - the state's self-similarity Re tr(H_tᴴ H_{t+k}) / n at k = 1 and 10;
+    - the gradient norm of each parameter before clipping, and the readout's weight norm;
+
+    and at every step the training loss (bits) and the relative change ‖ΔP‖/‖P‖ of W, U, the
+    embedding and the readout weight made by that optimizer step. Validation bits (windowed, 128
+    tokens, ``--eval-tokens`` tokens of the validation split) at steps 0, 50, 100, ….
+    """
     torch.manual_seed(seed)
     data = load_dataset("tinyshakespeare")
     model = build(arm, len(data.vocabulary), seed)
@@ -352,7 +349,7 @@ def plot(names, path, title):
 
 FIGURES = {
     "reproduction": (["O30-base", "O16-base", "O30-lr3e-4", "O16-lr3e-4"],
-                     "O(30) vs O(16), embedding 97, lr 1e-3 (issue 13 item 2), and both at a global lr 3e-4"),
+                     "O(30) vs O(16), embedding 97, lr 1e-3, and both at a global lr 3e-4"),
     "fixes_O30": (["O30-base", "O30-lr3e-4", "O30-lrmaps0.3", "O30-lrmaps0.1", "O30-rel0.05", "O30-nscale16",
                    "O30-spec1.0", "O30-frob1.0", "O30-warmup100", "lstm-lr3e-3"],
                   "O(30): candidate fixes (LSTM 0.5M at lr 3e-3 for reference: loss panels only)"),
@@ -431,7 +428,7 @@ def summary():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.dynamics_probe")
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.large_n_divergence.dynamics_probe")
     parser.add_argument("command", choices=("run", "plot", "list", "summary", "first-step"))
     parser.add_argument("arms", nargs="*")
     parser.add_argument("--steps", type=int, default=200)
