@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from experiments import train
+from experiments.models import build_model
 from parity_tests.tolerances import RESUME_RTOL
 
 ARGS = ["--model", "group_rnn", "--dataset", "ptb_char", "--group", "SO", "--n", "4", "--embedding-dim", "8",
@@ -425,3 +426,18 @@ def test_a_non_finite_loss_stops_the_run_and_the_best_finite_model_is_tested(tmp
     clean = train.run(train.build_config("lstm", "lm", {**options, "steps": 2}), tmp_path / "clean")
     assert final["best_step"] == 2 and final["test_bits_per_token"] == clean["test_bits_per_token"]
     assert "stopped" not in clean
+
+
+def test_the_group_transformer_study_command_rebuilds_its_committed_config():
+    """The one run of experiments/studies/group_transformer_shakespeare: its recorded command gives its
+    config. The run predates ``map_lr`` (recorded: plain); it scales only group-RNN maps, which the
+    group Transformer does not have, so today's default trains it the same way."""
+    folder = Path("experiments/results/group_transformer_shakespeare")
+    argv = (folder / "command.txt").read_text().split()[3:]  # after "python -m experiments.train"
+    argv = argv[:argv.index("--run-dir")]
+    args, rest = train.build_parser().parse_known_args(argv)
+    task = args.task or "lm"  # as train.main: the default task
+    built = train.build_config(args.model, task, train.parse_options(args.model, task, rest))
+    committed = train.RunConfig.from_json(json.loads((folder / "config.json").read_text()))
+    assert train.map_lr_groups(build_model(built.model, device="meta"), built.train.map_lr) == []
+    assert dataclasses.replace(built, train=dataclasses.replace(built.train, map_lr="plain")) == committed
