@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from experiments.data.ptb import EOS, SPLITS as PTB_SPLITS, ptb_char, ptb_text, ptb_word
-from experiments.data.shakespeare import (
+from experiments.data.tinyshakespeare import (
     CACHE_DIR_VARIABLE,
     DATA_DIR_VARIABLE,
     TINY_SHAKESPEARE_SHA256,
@@ -23,9 +23,9 @@ from experiments.data.shakespeare import (
     default_cache_dir,
     sha256_of_file,
     split_bounds,
-    tiny_shakespeare,
-    tiny_shakespeare_path,
-    tiny_shakespeare_text,
+    tinyshakespeare,
+    tinyshakespeare_path,
+    tinyshakespeare_text,
 )
 
 # The repository's sibling ../shared/data (where CI points GROUPSTATE_DATA_DIR).
@@ -40,7 +40,7 @@ def stream_sha256(ids):
 def locate_data_dir():
     """``$GROUPSTATE_DATA_DIR``, else ../shared/data next to the repository; never a silent skip."""
     if os.environ.get(DATA_DIR_VARIABLE):
-        tiny_shakespeare_path(download=False)  # a directory without the file: the loader's error, naming both
+        tinyshakespeare_path(download=False)  # a directory without the file: the loader's error, naming both
         return Path(os.environ[DATA_DIR_VARIABLE])
     if (SHARED_DATA / INPUT).is_file():
         return SHARED_DATA
@@ -55,7 +55,7 @@ def data_dir():
 
 @pytest.fixture(scope="module")
 def shakespeare(data_dir):
-    return tiny_shakespeare(data_dir=data_dir)
+    return tinyshakespeare(data_dir=data_dir)
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ TS_SPLITS = {  # split: (tokens, sha256 of the id stream); 90/5/5 of the 1,115,3
 
 
 def test_tinyshakespeare_published_facts(data_dir):
-    text = tiny_shakespeare_text(data_dir=data_dir)
+    text = tinyshakespeare_text(data_dir=data_dir)
     assert len(text) == 1_115_394
     assert len(set(text)) == 65
     assert text.startswith("First Citizen:\n")
@@ -102,7 +102,7 @@ def test_tinyshakespeare_split(shakespeare, split):
 
 def test_tinyshakespeare_split_is_first_ninety_percent(data_dir, shakespeare):
     vocabulary, streams = shakespeare
-    text = tiny_shakespeare_text(data_dir=data_dir)
+    text = tinyshakespeare_text(data_dir=data_dir)
     assert len(streams["train"]) == int(0.9 * len(text))
     decoded = "".join(vocabulary[i] for i in streams["train"][:200]) + "|" + "".join(
         vocabulary[i] for i in streams["valid"][:200])
@@ -114,7 +114,7 @@ def test_tinyshakespeare_splits_are_contiguous_and_cover_the_file(data_dir, shak
     """Decoded, train = text[:1,003,854] (⌊0.90·N⌋), valid = text[1,003,854:1,059,624] (⌊0.95·N⌋),
     test = the rest: in file order, no gap, no overlap, together the whole file."""
     vocabulary, streams = shakespeare
-    text = tiny_shakespeare_text(data_dir=data_dir)
+    text = tinyshakespeare_text(data_dir=data_dir)
     decoded = {split: "".join(vocabulary[i] for i in streams[split]) for split in ("train", "valid", "test")}
     assert decoded["train"] == text[:1_003_854]
     assert decoded["valid"] == text[1_003_854:1_059_624]
@@ -136,7 +136,7 @@ def test_split_bounds_by_hand(length, bounds):
 
 def test_tinyshakespeare_from_environment_variable(monkeypatch, data_dir, shakespeare):
     monkeypatch.setenv(DATA_DIR_VARIABLE, str(data_dir))
-    vocabulary, streams = tiny_shakespeare()
+    vocabulary, streams = tinyshakespeare()
     assert vocabulary == shakespeare[0]
     assert all(np.array_equal(streams[s], shakespeare[1][s]) for s in TS_SPLITS)
 
@@ -145,10 +145,10 @@ def test_tinyshakespeare_from_environment_variable(monkeypatch, data_dir, shakes
 def test_missing_data_names_variable_and_file(monkeypatch, tmp_path, how):
     if how == "variable":
         monkeypatch.setenv(DATA_DIR_VARIABLE, str(tmp_path))
-        call = tiny_shakespeare
+        call = tinyshakespeare
     else:
         monkeypatch.delenv(DATA_DIR_VARIABLE, raising=False)
-        call = lambda: tiny_shakespeare(data_dir=tmp_path)  # noqa: E731
+        call = lambda: tinyshakespeare(data_dir=tmp_path)  # noqa: E731
     with pytest.raises(FileNotFoundError) as caught:
         call()
     message = str(caught.value)
@@ -160,8 +160,8 @@ def test_wrong_local_file_refused(tmp_path):
     (tmp_path / INPUT).parent.mkdir(parents=True)
     (tmp_path / INPUT).write_text("not Shakespeare\n")
     with pytest.raises(ChecksumError, match="sha256"):
-        tiny_shakespeare(data_dir=tmp_path)
-    vocabulary, streams = tiny_shakespeare(data_dir=tmp_path, verify=False)
+        tinyshakespeare(data_dir=tmp_path)
+    vocabulary, streams = tinyshakespeare(data_dir=tmp_path, verify=False)
     assert "".join(vocabulary) == "\n Saehknoprst" and len(streams["train"]) == int(0.9 * 16)
 
 
@@ -176,15 +176,15 @@ def test_download_into_cache(no_data_dir, data_dir, shakespeare, tmp_path):
     remote.parent.mkdir()
     shutil.copyfile(data_dir / INPUT, remote)
     cache = tmp_path / "cache"
-    vocabulary, streams = tiny_shakespeare(cache_dir=cache, url=remote.as_uri())
+    vocabulary, streams = tinyshakespeare(cache_dir=cache, url=remote.as_uri())
     assert _cache_files(cache) == [str(INPUT)]  # the file, and no temporary left behind
     assert sha256_of_file(cache / INPUT) == TINY_SHAKESPEARE_SHA256
     assert vocabulary == shakespeare[0]
     assert all(np.array_equal(streams[s], shakespeare[1][s]) for s in TS_SPLITS)
     remote.unlink()  # the second call reads the cache, no download
-    assert tiny_shakespeare(cache_dir=cache, url=remote.as_uri())[0] == vocabulary
+    assert tinyshakespeare(cache_dir=cache, url=remote.as_uri())[0] == vocabulary
     with pytest.raises(FileNotFoundError, match="download=False"):
-        tiny_shakespeare(cache_dir=tmp_path / "empty", download=False)
+        tinyshakespeare(cache_dir=tmp_path / "empty", download=False)
 
 
 def _flip_a_byte(raw):
@@ -201,7 +201,7 @@ def test_corrupt_download_refused(no_data_dir, data_dir, tmp_path, corrupt):
     remote.write_bytes(corrupt((data_dir / INPUT).read_bytes()))
     cache = tmp_path / "cache"
     with pytest.raises(ChecksumError, match="refusing"):
-        tiny_shakespeare(cache_dir=cache, url=remote.as_uri())
+        tinyshakespeare(cache_dir=cache, url=remote.as_uri())
     assert _cache_files(cache) == []  # nothing written, no temporary left
 
 
@@ -210,7 +210,7 @@ def test_corrupt_cached_file_refused(no_data_dir, data_dir, tmp_path):
     cached.parent.mkdir(parents=True)
     cached.write_bytes(_flip_a_byte((data_dir / INPUT).read_bytes()))
     with pytest.raises(ChecksumError, match=str(cached)):
-        tiny_shakespeare(cache_dir=tmp_path / "cache")
+        tinyshakespeare(cache_dir=tmp_path / "cache")
 
 
 CACHE_SETTINGS = {  # case: (GROUPSTATE_CACHE_DIR, XDG_CACHE_HOME, expected under tmp_path or home)

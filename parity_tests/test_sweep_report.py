@@ -226,7 +226,7 @@ def test_the_report_flags_a_best_step_at_the_last_evaluation():
 
 @pytest.mark.parametrize("preset, dataset, folder, vocab_size", [("charlm-v2-ptb", "ptb_char", "ptb_char", 50),
                                                                  ("charlm-v2-shakespeare", "tinyshakespeare",
-                                                                  "shakespeare", 65)])
+                                                                  "tinyshakespeare", 65)])
 def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, folder, vocab_size, monkeypatch):
     from experiments.params_budget import TOLERANCE, parameter_count
     from experiments.sweep_run import LEARNING_RATES, arm_of

@@ -151,7 +151,7 @@ def test_a_tuned_presets_run_takes_its_arms_chosen_rate_once_chosen(tmp_path):
     assert _lr(train.preset_argv(f"{sweep}/lstm-seed0")) == 3e-2
 
 
-@pytest.mark.parametrize("dataset, preset", [("ptb_char", "charlm-v2-ptb"), ("shakespeare", "charlm-v2-shakespeare")])
+@pytest.mark.parametrize("dataset, preset", [("ptb_char", "charlm-v2-ptb"), ("tinyshakespeare", "charlm-v2-shakespeare")])
 def test_the_preset_of_every_committed_v2_study_run_rebuilds_its_config(dataset, preset):
     """``--preset charlm-v2-<dataset>/<run>`` gives the committed run's config, its arm's chosen rate included."""
     configs = sorted((Path("experiments/results/charlm_v2") / dataset).glob("*/config.json"))

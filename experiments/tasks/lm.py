@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from experiments.datasets import DATASETS, load_dataset
+from experiments.data import DATASETS, load_dataset
 from experiments.models import is_recurrent
 from experiments.tasks.base import Task, model_device
 
@@ -110,7 +110,7 @@ def carried_bits(model, stream, length, streams=1):
 
 @dataclass(frozen=True)
 class LanguageModellingConfig:
-    """``dataset``: a key of ``experiments.datasets.DATASETS``; ``length``: tokens per window;
+    """``dataset``: a key of ``experiments.data.DATASETS``; ``length``: tokens per window;
     ``eval_tokens``: how many tokens of a split one windowed evaluation reads; ``carried_streams``:
     the pieces of the carried-state test evaluation of a recurrent model (0: none)."""
 

@@ -1,7 +1,7 @@
 """The verdict of the v2 character-level study on the paper's three claims.
 
 ``python -m experiments.studies.charlm_v2.claims [DIR]`` reads DIR (default ``experiments/results/charlm_v2``),
-which holds one finished sweep of ``experiments/studies/charlm_v2/recipe.py`` per dataset (``shakespeare/``,
+which holds one finished sweep of ``experiments/studies/charlm_v2/recipe.py`` per dataset (``tinyshakespeare/``,
 ``ptb_char/``), and writes ``DIR/claims.md`` and ``DIR/claims.json``. The claims and the comparisons
 that test them (``COMPARISONS``):
 
@@ -47,12 +47,12 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.datasets import load_dataset
+from experiments.data import load_dataset
 from experiments.report import NOT_CONVERGED, best_steps, learning_rates, load_runs, plt, plot_seeds
 from experiments.stats import mean_ci
 
 DEFAULT_DIR = Path("experiments/results/charlm_v2")
-DATASET_FOLDERS = {"shakespeare": "Tiny Shakespeare", "ptb_char": "Penn Treebank characters"}
+DATASET_FOLDERS = {"tinyshakespeare": "Tiny Shakespeare", "ptb_char": "Penn Treebank characters"}
 GROUP_ARMS = ("rnn-O", "rnn-O-fix", "rnn-O16-fix", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "transformer-O")
 COMPACT_RNN_ARMS = tuple(arm for arm in GROUP_ARMS if arm.startswith("rnn-"))
 CLAIM_1 = "1. competitive with matched baselines"

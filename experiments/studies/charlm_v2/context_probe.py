@@ -50,7 +50,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from experiments.baselines import LSTMLanguageModel  # noqa: E402
-from experiments.datasets import load_dataset  # noqa: E402
+from experiments.data import load_dataset  # noqa: E402
 from experiments.models import build_model  # noqa: E402
 from experiments.sweep_run import arm_of  # noqa: E402
 from experiments.train import RunConfig, load_checkpoint_file  # noqa: E402

@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from experiments.studies.charlm_v2.context_probe import load_best, runs_with_best  # noqa: E402
-from experiments.datasets import load_dataset  # noqa: E402
+from experiments.data import load_dataset  # noqa: E402
 from experiments.sweep_run import arm_of  # noqa: E402
 from experiments.train import Run, RunConfig  # noqa: E402
 from manifold_impl.group_rnn import GroupRNN  # noqa: E402

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from experiments.baselines import LSTMConfig
-from experiments.datasets import load_dataset
+from experiments.data import load_dataset
 from experiments.models import build_model
 from experiments.tasks.lm import bits_per_token, random_windows
 from manifold_impl.linalg import realvec

@@ -22,7 +22,7 @@ split is char-rnn's and nanoGPT's; their 10% validation split is cut in two here
 is the 65 distinct characters of the whole file, sorted by code point, so no split holds an
 unknown symbol.
 
-    >>> vocabulary, streams = tiny_shakespeare()        # doctest: +SKIP
+    >>> vocabulary, streams = tinyshakespeare()        # doctest: +SKIP
     >>> len(vocabulary), [len(streams[split]) for split in SPLITS]  # doctest: +SKIP
     (65, [1003854, 55770, 55770])
 """
@@ -103,7 +103,7 @@ def download_verified(url, target, sha256, timeout=60.0):
     return target
 
 
-def tiny_shakespeare_path(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True):
+def tinyshakespeare_path(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True):
     """Locate (or fetch into the cache) ``tinyshakespeare/input.txt``; see the module docstring.
 
     Raises:
@@ -131,9 +131,9 @@ def tiny_shakespeare_path(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_UR
     return download_verified(url, path, TINY_SHAKESPEARE_SHA256)
 
 
-def tiny_shakespeare_text(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True, verify=True):
-    """The whole text (1,115,394 characters) after the sha256 check; arguments as ``tiny_shakespeare``."""
-    path = tiny_shakespeare_path(data_dir, cache_dir, url, download)
+def tinyshakespeare_text(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True, verify=True):
+    """The whole text (1,115,394 characters) after the sha256 check; arguments as ``tinyshakespeare``."""
+    path = tinyshakespeare_path(data_dir, cache_dir, url, download)
     raw = path.read_bytes()
     if verify:
         digest = hashlib.sha256(raw).hexdigest()
@@ -165,7 +165,7 @@ def split_bounds(length):
     return bounds
 
 
-def tiny_shakespeare(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True, verify=True):
+def tinyshakespeare(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True, verify=True):
     """``(vocabulary, {"train": ids, "valid": ids, "test": ids})``: the 65 sorted characters and
     int64 id streams of the 90/5/5 split (module docstring).
 
@@ -176,7 +176,7 @@ def tiny_shakespeare(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, do
         download: allow the download when the file is not cached.
         verify: check the sha256 of the file read.
     """
-    text = tiny_shakespeare_text(data_dir, cache_dir, url, download, verify)
+    text = tinyshakespeare_text(data_dir, cache_dir, url, download, verify)
     vocabulary = sorted(set(text))
     ids = encode_characters(text, vocabulary)
     return vocabulary, {split: ids[start:stop].copy() for split, (start, stop) in split_bounds(len(ids)).items()}
@@ -184,4 +184,4 @@ def tiny_shakespeare(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, do
 
 __all__ = ["CACHE_DIR_VARIABLE", "ChecksumError", "DATA_DIR_VARIABLE", "SPLITS", "TINY_SHAKESPEARE_SHA256",
            "TINY_SHAKESPEARE_URL", "default_cache_dir", "download_verified", "encode_characters", "sha256_of_file",
-           "split_bounds", "tiny_shakespeare", "tiny_shakespeare_path", "tiny_shakespeare_text"]
+           "split_bounds", "tinyshakespeare", "tinyshakespeare_path", "tinyshakespeare_text"]
