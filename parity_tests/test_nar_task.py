@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from experiments.tasks import nar
-from experiments.tasks.nar import (
+from experiments.tasks import recall
+from experiments.tasks.recall import (
     IGNORE_INDEX,
     NoisyRecallConfig,
     NoisyRecallTask,
@@ -224,7 +224,7 @@ def test_evaluation_targets_of_the_worked_example():
 
 
 def test_module_docstring_example_runs():
-    result = doctest.testmod(nar, verbose=False)
+    result = doctest.testmod(recall, verbose=False)
     assert result.attempted > 0 and result.failed == 0
 
 

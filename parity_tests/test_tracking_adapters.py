@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from experiments.tasks import task_class
-from experiments.tasks.bits import count_example
-from experiments.tasks.copying import BLANK, baseline_loss
+from experiments.tasks.count import count_example
+from experiments.tasks.copy import BLANK, baseline_loss
 from experiments.tasks.words import permutation_group, word_example
 from parity_tests.test_exact_construction import torch_model
 

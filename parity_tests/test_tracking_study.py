@@ -15,8 +15,8 @@ from experiments.studies.state_tracking import state_tracking
 from experiments.studies.state_tracking.arms import COARSE_TOLERANCE, GPT_POSITION_SCHEMES, MLSTM_TOLERANCE
 from experiments.studies.state_tracking.report import cell_and_arm, report
 from experiments.sweeps import load_sweep
-from experiments.tasks.copy_task import Copy
-from experiments.tasks.copying import baseline_loss
+from experiments.tasks.copy import Copy
+from experiments.tasks.copy import baseline_loss
 from experiments.train import build_config
 
 ARMS = {f"rnn-{g}-{kind}" for g in ("SO", "U", "T", "BO") for kind in ("input", "rec")} | {

@@ -13,16 +13,17 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from experiments.tasks import bits, copying, sequences, words
-from experiments.tasks.bits import count_batch, count_example, mod3_batch, parity_batch
-from experiments.tasks.copying import baseline_loss, copy_batch, copy_example
+from experiments.tasks import copy as copy_task
+from experiments.tasks import count, sequences, words
+from experiments.tasks.count import count_batch, count_example, mod3_batch, parity_batch
+from experiments.tasks.copy import baseline_loss, copy_batch, copy_example
 from experiments.tasks.sequences import curriculum_length
 from experiments.tasks.words import permutation_group, rotation_logarithm, word_batch, word_example
 
 GROUP_NAMES = list(words.GROUPS)
 
 
-@pytest.mark.parametrize("module", [sequences, copying, bits, words], ids=lambda m: m.__name__.rsplit(".", 1)[1])
+@pytest.mark.parametrize("module", [sequences, copy_task, count, words], ids=lambda m: m.__name__.rsplit(".", 1)[1])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
@@ -62,7 +63,7 @@ def test_copy_hand_example():
     assert targets.tolist() == [[0] * 10 + [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]]
 
 
-@pytest.mark.parametrize("delay", copying.COPY_DELAYS)
+@pytest.mark.parametrize("delay", copy_task.COPY_DELAYS)
 def test_copy_batch_matches_construction_by_hand(delay):
     inputs, targets = copy_batch(np.random.default_rng(delay), 16, delay)
     assert inputs.shape == targets.shape == (16, delay + 20) and inputs.dtype == targets.dtype == np.int64
@@ -89,7 +90,7 @@ def test_copy_baseline_hand_values(delay, expected):
 def test_copy_baseline_is_the_memoryless_predictor_loss(delay, copy_length):
     """The best memoryless predictor: blank where blanks are due, uniform over 8 symbols elsewhere."""
     _, targets = copy_batch(np.random.default_rng(1), 32, delay, copy_length)
-    probabilities = np.zeros(targets.shape + (copying.VOCAB_SIZE,))
+    probabilities = np.zeros(targets.shape + (copy_task.VOCAB_SIZE,))
     probabilities[:, :delay + copy_length, 0] = 1.0
     probabilities[:, delay + copy_length:, 1:9] = 1 / 8
     picked = np.take_along_axis(probabilities, targets[..., None], axis=-1)[..., 0]
@@ -148,7 +149,7 @@ def test_count_batch_matches_loop(batch_fn, modulus, length):
     assert set(np.unique(inputs)) <= {0, 1}
     for row_in, row_out in zip(inputs.tolist(), targets.tolist()):
         assert row_out == running_count_by_hand(row_in, modulus)
-    assert targets.max() < bits.vocab_size(modulus) and inputs.max() < bits.vocab_size(modulus)
+    assert targets.max() < count.vocab_size(modulus) and inputs.max() < count.vocab_size(modulus)
 
 
 def test_bits_are_fair():

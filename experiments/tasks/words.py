@@ -1,34 +1,9 @@
-"""Word problems on permutation groups (SPEC §10): track the running product of group elements.
+"""The ``words`` task: word problems on S3, A5 and S5, the running product of group elements.
 
-Groups: ``S3`` (6 elements, the smallest non-abelian group), ``A5`` (60, the smallest non-abelian
-simple group; NC¹-complete word problem) and ``S5`` (120).
-
-Elements and their ids. A permutation σ of {0, …, n−1} is written in one-line notation
-``(σ(0), …, σ(n−1))``. ``S_n`` numbers its n! elements in lexicographic order of that tuple (the
-order of ``itertools.permutations``); ``A5`` keeps the even permutations of 5 points in the same
-order and numbers them 0 … 59. Id 0 is the identity in every group. For ``S3``::
-
-    id  0        1        2        3        4        5
-    σ   (0,1,2)  (0,2,1)  (1,0,2)  (1,2,0)  (2,0,1)  (2,1,0)
-
-Product convention. ``σ·τ`` is the composition "τ first, then σ": (σ·τ)(i) = σ(τ(i)). The
-permutation matrix P_σ e_i = e_σ(i) then satisfies P_{σ·τ} = P_σ P_τ. For S3: 2·1 = 3 and
-1·2 = 4 (so S3 is not abelian), 3·4 = 0 (3 and 4 are inverse 3-cycles).
-
-The task. Tokens x_1 … x_L are uniform element ids; the target at position t is the id of the
-running product taken **left to right**, g_t = x_1 · x_2 ⋯ x_t. This is the order of the group RNN's
-update H_t = H_{t−1} · exp(A_t): with exp(A_t) = ρ(x_t) for a representation ρ, H_t = ρ(g_t).
-
->>> s3 = permutation_group("S3")
->>> inputs, targets = word_example(s3, [[2, 1, 1], [1, 2, 3]])
->>> targets.tolist()
-[[2, 3, 2], [1, 4, 0]]
-
-A faithful representation in SO(n) for odd n (``representation``): ρ(σ) = sgn(σ)·P_σ. It is a
-homomorphism (the sign is), det ρ(σ) = sgn(σ)ⁿ·sgn(σ) = 1 for odd n, and injective (P_σ is, and
-±P_σ = P_τ forces the sign + and σ = τ, since a permutation matrix has non-negative entries).
-``rotation_logarithm`` gives each ρ(σ) a real logarithm in so(n): such an input-driven SO(5) RNN
-tracks S5 (and A5) exactly at any length.
+``permutation_group`` numbers a group's elements and multiplies them; ``word_example``/``word_batch``
+generate the sequences (NumPy, seeded by an explicit generator); ``rotation_logarithm`` gives the
+faithful SO(n) representation's logarithms used by the exact construction; ``Words`` is the task
+behind ``experiments.train``. The conventions, with a worked example: ``Words``.
 """
 
 from __future__ import annotations
@@ -36,10 +11,12 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
 
+from experiments.tasks.length_generalization import LengthGeneralizationTask, LengthsConfig
 from experiments.tasks.sequences import require_generator, require_int
 
 GROUPS = {"S3": (3, False), "A5": (5, True), "S5": (5, False)}  # name: (degree, even permutations only)
@@ -182,3 +159,64 @@ def rotation_logarithm(rotation, atol=1e-10):
         log[b, a], log[a, b] = math.pi, -math.pi
     log = z @ log @ z.T
     return (log - log.T) / 2
+
+
+@dataclass(frozen=True)
+class WordsConfig(LengthsConfig):
+    """``word_group``: the group whose words are tracked (a key of ``words.GROUPS``)."""
+
+    word_group: str = "S5"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.word_group not in GROUPS:
+            raise ValueError(f"unknown word_group {self.word_group!r}; choose one of {list(GROUPS)}")
+
+
+class Words(LengthGeneralizationTask):
+    """Element ids in, the id of the left-to-right running product out at every position.
+
+    Word problems on permutation groups (SPEC §10): track the running product of group elements.
+
+    Groups: ``S3`` (6 elements, the smallest non-abelian group), ``A5`` (60, the smallest non-abelian
+    simple group; NC¹-complete word problem) and ``S5`` (120).
+
+    Elements and their ids. A permutation σ of {0, …, n−1} is written in one-line notation
+    ``(σ(0), …, σ(n−1))``. ``S_n`` numbers its n! elements in lexicographic order of that tuple (the
+    order of ``itertools.permutations``); ``A5`` keeps the even permutations of 5 points in the same
+    order and numbers them 0 … 59. Id 0 is the identity in every group. For ``S3``::
+
+        id  0        1        2        3        4        5
+        σ   (0,1,2)  (0,2,1)  (1,0,2)  (1,2,0)  (2,0,1)  (2,1,0)
+
+    Product convention. ``σ·τ`` is the composition "τ first, then σ": (σ·τ)(i) = σ(τ(i)). The
+    permutation matrix P_σ e_i = e_σ(i) then satisfies P_{σ·τ} = P_σ P_τ. For S3: 2·1 = 3 and
+    1·2 = 4 (so S3 is not abelian), 3·4 = 0 (3 and 4 are inverse 3-cycles).
+
+    The task. Tokens x_1 … x_L are uniform element ids; the target at position t is the id of the
+    running product taken **left to right**, g_t = x_1 · x_2 ⋯ x_t. This is the order of the group RNN's
+    update H_t = H_{t−1} · exp(A_t): with exp(A_t) = ρ(x_t) for a representation ρ, H_t = ρ(g_t).
+
+    >>> s3 = permutation_group("S3")
+    >>> inputs, targets = word_example(s3, [[2, 1, 1], [1, 2, 3]])
+    >>> targets.tolist()
+    [[2, 3, 2], [1, 4, 0]]
+
+    A faithful representation in SO(n) for odd n (``representation``): ρ(σ) = sgn(σ)·P_σ. It is a
+    homomorphism (the sign is), det ρ(σ) = sgn(σ)ⁿ·sgn(σ) = 1 for odd n, and injective (P_σ is, and
+    ±P_σ = P_τ forces the sign + and σ = τ, since a permutation matrix has non-negative entries).
+    ``rotation_logarithm`` gives each ρ(σ) a real logarithm in so(n): such an input-driven SO(5) RNN
+    tracks S5 (and A5) exactly at any length.
+    """
+
+    Config = WordsConfig
+
+    @property
+    def vocab_size(self):
+        return permutation_group(self.config.word_group).order
+
+    def sample(self, generator, batch, length):
+        return word_batch(permutation_group(self.config.word_group), generator, batch, length)
+
+
+TASKS = {"words": Words}

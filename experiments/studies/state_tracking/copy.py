@@ -9,7 +9,7 @@ rate from ``TUNING.rates`` on validation first (README.md: why). The mLSTM-NS ar
 
 from experiments.sweep_run import Tuning
 from experiments.studies.state_tracking.arms import arms, sweep_runs, training
-from experiments.tasks.copying import COPY_DELAYS, COPY_LENGTH, sequence_length
+from experiments.tasks.copy import COPY_DELAYS, COPY_LENGTH, sequence_length
 
 SEEDS = (0, 1, 2)
 BUDGET = 8000

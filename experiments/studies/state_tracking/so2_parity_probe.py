@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from experiments.baselines import LSTMConfig
 from experiments.models import build_model
-from experiments.tasks.bits import parity_batch
+from experiments.tasks.count import parity_batch
 from experiments.tasks.base import split_generator
 from experiments.tasks.sequences import curriculum_length
 from manifold_impl.optim import AdamW, RiemannianAdam
