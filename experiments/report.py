@@ -9,8 +9,8 @@ t-interval over seeds (windowed, and with the state carried across the split for
 tokens/s and training wall time, then the learning-rate search when the sweep had one
 (``chosen_rates.json``), next to ``report_curves.png`` / ``report_drift.png`` (validation bits and
 state drift against the step, mean over seeds) and, for each group-RNN arm,
-``report_dynamics_<arm>.png`` (its training dynamics, ``experiments.diagnostics``). Noisy recall
-(``recall``) gets its own statistics: see ``experiments/recall_report.py``. Any other task gets
+``report_dynamics_<arm>.png`` (its training dynamics, ``experiments.analysis.diagnostics``). Noisy recall
+(``recall``) gets its own statistics: see ``experiments/analysis/recall.py``. Any other task gets
 ``metrics_report``: per arm, each numeric value of ``final.json`` as mean ± 95% CI over seeds, and a
 plot of each validation metric of ``metrics.jsonl`` (``report_<key>.png``).
 """
@@ -28,8 +28,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments import recall_report  # noqa: E402
-from experiments.stats import format_interval  # noqa: E402
+from experiments.analysis import recall as recall_report  # noqa: E402
+from experiments.analysis.stats import format_interval  # noqa: E402
 from experiments.sweep_run import arm_of  # noqa: E402
 from experiments.tuning import DIVERGED  # noqa: E402
 
@@ -202,7 +202,7 @@ def plot_stability(arms, parked, path):
 
 
 def plot_dynamics(arm, runs, path):
-    """One figure of an arm's training dynamics (``experiments.diagnostics``), mean over its seeds."""
+    """One figure of an arm's training dynamics (``experiments.analysis.diagnostics``), mean over its seeds."""
     figure, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     for axis, (title, keys, log) in zip(axes.flat, DYNAMICS_PANELS):
         present = {k for r in runs for m in r["metrics"] for k in m}

@@ -21,7 +21,7 @@ split every ``eval_every`` steps. The run directory holds ``config.json`` (train
 configs), ``command.txt``, ``git_revision.txt``, ``metrics.jsonl`` (one JSON object per
 evaluation: the task's training and validation metrics, the drift, the gradient norm of each
 parameter group before clipping at that step, and for a group RNN its training dynamics on one
-fixed batch; see ``experiments.diagnostics``), ``checkpoint.pt`` (written atomically every
+fixed batch; see ``experiments.analysis.diagnostics``), ``checkpoint.pt`` (written atomically every
 ``checkpoint_every`` steps: model, optimizers, schedule, step, both random generators and the best
 model so far, as tensors and JSON: it is loaded with ``weights_only=True``, so a checkpoint that
 carries a pickled object is refused), ``best.pt`` (the model at the evaluation with the lowest
@@ -66,7 +66,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from experiments.diagnostics import DIAGNOSTIC_PREFIXES, dynamics, gradient_norms
+from experiments.analysis.diagnostics import DIAGNOSTIC_PREFIXES, dynamics, gradient_norms
 from experiments.models import MODEL_CONFIGS, build_model
 from experiments.params_budget import count_parameters
 from experiments.provenance import git_revision, write_provenance
@@ -530,7 +530,7 @@ class Run:
 
     @torch.no_grad()
     def diagnose(self):
-        """The training-dynamics diagnostics on the fixed diagnostic batch (``experiments.diagnostics``)."""
+        """The training-dynamics diagnostics on the fixed diagnostic batch (``experiments.analysis.diagnostics``)."""
         self.model.eval()
         metrics = dynamics(self.model, self.diagnostic_batch)
         self.model.train()

@@ -1,4 +1,4 @@
-"""Training-dynamics diagnostics (experiments/diagnostics.py) against closed forms and by hand."""
+"""Training-dynamics diagnostics (experiments/analysis/diagnostics.py) against closed forms and by hand."""
 
 import json
 import math
@@ -9,7 +9,7 @@ import torch
 
 from experiments import train
 from experiments.baselines import LSTMConfig
-from experiments.diagnostics import LAGS, dynamics, gradient_norms, parameter_groups
+from experiments.analysis.diagnostics import LAGS, dynamics, gradient_norms, parameter_groups
 from experiments.models import build_model
 from reference.config import GroupRNNConfig
 

@@ -14,7 +14,7 @@ import pytest
 import scipy.stats
 
 from experiments.report import arm_of, report
-from experiments.stats import format_interval, mean_ci, paired_difference_ci
+from experiments.analysis.stats import format_interval, mean_ci, paired_difference_ci
 from experiments.sweep import run_sweep
 
 

@@ -16,7 +16,7 @@ and two that explain the numbers: the fix (``rnn-O-fix`` − ``rnn-O``) and the 
 A comparison a − b pairs the runs of arms a and b by seed (the seeds both finished with a finite
 score). Per seed s it takes the test bits per character of each run's best-validation model,
 d_s = a_s − b_s and r_s = 100 · d_s / b_s (percent), and reports the mean of d and of r with their
-95% t-intervals over the paired seeds (``experiments.stats.mean_ci``): windowed, and with the state
+95% t-intervals over the paired seeds (``experiments.analysis.stats.mean_ci``): windowed, and with the state
 carried across the test split where both arms are recurrent. A negative difference favours a.
 
 Each dataset also gets its checks: the unigram level, the cross-entropy of
@@ -49,7 +49,7 @@ import numpy as np
 
 from experiments.data import load_dataset
 from experiments.report import NOT_CONVERGED, best_steps, learning_rates, load_runs, plt, plot_seeds
-from experiments.stats import mean_ci
+from experiments.analysis.stats import mean_ci
 
 DEFAULT_DIR = Path("experiments/results/charlm_v2")
 DATASET_FOLDERS = {"tinyshakespeare": "Tiny Shakespeare", "ptb_char": "Penn Treebank characters"}

@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.stats import mean_ci  # noqa: E402
+from experiments.analysis.stats import mean_ci  # noqa: E402
 
 SOLVED_ACCURACY = 0.99
 SOLVED_FACTOR = 4

@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.stats import format_interval, paired_difference_ci  # noqa: E402
+from experiments.analysis.stats import format_interval, paired_difference_ci  # noqa: E402
 from reference.config import MLSTMConfig  # noqa: E402
 
 SUCCESS = 0.8  # a seed "succeeds" when its final validation accuracy exceeds this
