@@ -1,38 +1,9 @@
 """Unconstrained baselines for the group-state models (torch only): an LSTM and a GPT-style
 Transformer language model.
 
-Both share the group models' interface, so training and evaluation code treats them alike:
-``model(tokens, cache=None)`` with ``tokens: [B, T]`` int ids returns ``(logits [B, T, V], cache)``,
-the cache (``LSTMCache``, ``GPTCache``) holding what a next call needs to continue the sequence and
-the global index of the next token; bad token ids raise through
-``manifold_impl.validation.check_tokens`` before any work; ``device``, ``dtype`` and a seeded
-``generator`` for the initialization are constructor arguments, as for
-``manifold_impl.group_rnn.GroupRNN``. Initial values are drawn on the generator's device and
-copied, so one seed gives the same model on every device.
-
-The third baseline, the unconstrained counterpart of each group model, is that model with group
-``GL`` (``GroupRNNConfig(group="GL", ...)``): nothing to write here. Matching parameter counts is
-``experiments.params_budget``.
-
-Decisions:
-- ``LSTMLanguageModel``: embedding (width ``embedding_dim``, default the hidden size) →
-  ``torch.nn.LSTM`` (``num_layers``, batch first, both bias vectors) → linear head with bias.
-  Init: embedding N(0, 1) (as the group RNN), LSTM weights and biases U(±1/√H) (torch's default),
-  head weight U(±1/√H), head bias 0. ``dropout`` acts on the embedding output, between LSTM
-  layers and on the last LSTM output.
-- ``GPTLanguageModel``: token embedding (+ learned absolute position embeddings of ``max_length``
-  positions when ``positions="learned"``) → ``num_layers`` pre-norm blocks x + attn(LN(x)),
-  x + MLP(LN(x)) → final LayerNorm → linear head with bias (untied from the embedding, like the
-  group models' readouts). Attention: one fused q/k/v map with bias, ``num_heads`` heads of
-  width ``width / num_heads``, ``scaled_dot_product_attention(is_causal=True)`` (with cached keys
-  and values: a mask that lets query i see keys j ≤ P + i), output projection with bias. With
-  ``positions="rotary"`` each head's queries and keys are rotated (Su et al. 2021; the cache holds
-  rotated keys); with ``positions="alibi"`` each head adds a linear distance bias to its scores
-  (Press et al. 2022): neither has parameters nor a length limit (``experiments.positions``).
-  MLP: Linear → GELU (exact) → Linear, hidden width ``mlp_width`` (default 4·width). Init as
-  GPT-2: weights and embeddings N(0, 0.02), the two residual output projections
-  N(0, 0.02/√(2·num_layers)), biases 0, LayerNorm (1, 0). ``dropout`` on the embedding sum, the
-  attention weights, and each residual branch.
+``LSTMConfig``/``LSTMLanguageModel`` and ``GPTConfig``/``GPTLanguageModel`` share one
+interface with the group models (``experiments.models``); their initialisation, caches and
+position schemes: ``_BaselineLM``.
 """
 
 from __future__ import annotations
@@ -222,6 +193,39 @@ class _BaselineLM(nn.Module):
 
     The subclass's ``_build(config, factory)`` makes the layers (``factory``: the device and dtype
     keywords of their constructors); ``reset_parameters(generator)`` then initializes them.
+
+    Both share the group models' interface, so training and evaluation code treats them alike:
+    ``model(tokens, cache=None)`` with ``tokens: [B, T]`` int ids returns ``(logits [B, T, V], cache)``,
+    the cache (``LSTMCache``, ``GPTCache``) holding what a next call needs to continue the sequence and
+    the global index of the next token; bad token ids raise through
+    ``manifold_impl.validation.check_tokens`` before any work; ``device``, ``dtype`` and a seeded
+    ``generator`` for the initialization are constructor arguments, as for
+    ``manifold_impl.group_rnn.GroupRNN``. Initial values are drawn on the generator's device and
+    copied, so one seed gives the same model on every device.
+
+    The third baseline, the unconstrained counterpart of each group model, is that model with group
+    ``GL`` (``GroupRNNConfig(group="GL", ...)``): nothing to write here. Matching parameter counts is
+    ``experiments.params_budget``.
+
+    Decisions:
+    - ``LSTMLanguageModel``: embedding (width ``embedding_dim``, default the hidden size) →
+      ``torch.nn.LSTM`` (``num_layers``, batch first, both bias vectors) → linear head with bias.
+      Init: embedding N(0, 1) (as the group RNN), LSTM weights and biases U(±1/√H) (torch's default),
+      head weight U(±1/√H), head bias 0. ``dropout`` acts on the embedding output, between LSTM
+      layers and on the last LSTM output.
+    - ``GPTLanguageModel``: token embedding (+ learned absolute position embeddings of ``max_length``
+      positions when ``positions="learned"``) → ``num_layers`` pre-norm blocks x + attn(LN(x)),
+      x + MLP(LN(x)) → final LayerNorm → linear head with bias (untied from the embedding, like the
+      group models' readouts). Attention: one fused q/k/v map with bias, ``num_heads`` heads of
+      width ``width / num_heads``, ``scaled_dot_product_attention(is_causal=True)`` (with cached keys
+      and values: a mask that lets query i see keys j ≤ P + i), output projection with bias. With
+      ``positions="rotary"`` each head's queries and keys are rotated (Su et al. 2021; the cache holds
+      rotated keys); with ``positions="alibi"`` each head adds a linear distance bias to its scores
+      (Press et al. 2022): neither has parameters nor a length limit (``experiments.positions``).
+      MLP: Linear → GELU (exact) → Linear, hidden width ``mlp_width`` (default 4·width). Init as
+      GPT-2: weights and embeddings N(0, 0.02), the two residual output projections
+      N(0, 0.02/√(2·num_layers)), biases 0, LayerNorm (1, 0). ``dropout`` on the embedding sum, the
+      attention weights, and each residual branch.
     """
 
     config_class = None

@@ -36,7 +36,7 @@ VOCABULARY = 50  # Penn Treebank characters
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=5.0, help="about the total time; the group RNN gets 80%%")
     parser.add_argument("--n", type=int, default=16, help="the O(n) state size")
     parser.add_argument("--lr", type=float, default=1e-3)

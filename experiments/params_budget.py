@@ -1,43 +1,8 @@
 """Parameter counts and matched parameter budgets for the baselines and the group models.
 
-- ``count_parameters(model)``: real parameters of any ``nn.Module``; a complex parameter counts
-  twice (its real and imaginary parts). Group-valued parameters count every stored entry, not the
-  dimension of the group (an n×n orthogonal H_0 counts n², although O(n) has n(n−1)/2 dimensions).
-- ``parameter_count(config)``: the same number from a config alone, no torch model built: for the
-  group RNN, the group Transformer and the mLSTM, from the reference model's own parameter
-  specification (``param_spec``: the keys and shapes of the torch ``state_dict``, tested equal,
-  so the layout is stated once, in the model); for ``LSTMConfig`` and ``GPTConfig`` (torch only)
-  in closed form.
-- ``size_to_budget(template, target)``: a config whose count is within ``tolerance`` (default ±2%)
-  of ``target``, found by search over the template's free size fields; a clear ``ValueError`` when
-  no size does.
-
-Search. Counts grow monotonically with every size field, so along one field the search doubles,
-then bisects, to the two sizes that bracket the target (closer first). If the closer one is within
-the tolerance it is the answer: the template's other sizes keep their defaults. Otherwise a second
-free field makes a fine adjustment: it is searched the same way at each of the two bracketing
-values of the first, and among the results within the tolerance the one whose fine value moved
-least from its default (in ratio) wins. Defaults per family:
-
-| config | free fields (coarse, fine) | coarse steps | fine range | fine default |
-|---|---|---|---|---|
-| ``LSTMConfig`` | ``hidden_size``, ``embedding_dim`` | 1 | 1 … 2¹⁶ | = hidden_size |
-| ``GPTConfig`` | ``width``, ``mlp_width`` | ``num_heads`` (rotary: 2×) | 2·width … 6·width | 4·width |
-| ``GroupRNNConfig`` | ``n``, ``embedding_dim`` | 1 (``block`` for BO) | 1 … 2¹⁶ | the template's (32) |
-
-(n starts at the smallest size whose Lie algebra is not 0-dimensional, asked of the group.)
-
-The fine field is needed because one step of the coarse one can move the count by more than the
-4% window: n enters the dense group RNN's count as n⁴ (one step is ≈ 4/n, 20% at n = 20; T's and
-BO's as n², through their n-by-2n and n/2-by-2n state maps), GPT's width
-moves in steps of ``num_heads``, and at a large vocabulary the LSTM's count is dominated by the
-embedding and head, linear in H. Pass ``free=`` to choose other fields (one or two of a family's
-searchable fields, ``SEARCHABLE``); with one field a miss is an error.
-
-    >>> from reference.config import GroupRNNConfig, GroupTransformerConfig
-    >>> config = size_to_budget(GroupRNNConfig(vocab_size=65, group="O"), 100_000)
-    >>> config.n, config.embedding_dim, parameter_count(config)
-    (19, 60, 99953)
+``count_parameters(model)``, ``parameter_count(config)`` (no model built) and
+``size_to_budget(template, target)`` (within ±2%); the search and its defaults per family:
+``size_to_budget``.
 """
 
 from __future__ import annotations
@@ -196,6 +161,45 @@ def size_to_budget(template, target, free=None, tolerance=TOLERANCE):
     Raises:
         ValueError: no size within the tolerance (the message gives the nearest counts), or an
             unknown field, target or tolerance.
+
+    - ``count_parameters(model)``: real parameters of any ``nn.Module``; a complex parameter counts
+      twice (its real and imaginary parts). Group-valued parameters count every stored entry, not the
+      dimension of the group (an n×n orthogonal H_0 counts n², although O(n) has n(n−1)/2 dimensions).
+    - ``parameter_count(config)``: the same number from a config alone, no torch model built: for the
+      group RNN, the group Transformer and the mLSTM, from the reference model's own parameter
+      specification (``param_spec``: the keys and shapes of the torch ``state_dict``, tested equal,
+      so the layout is stated once, in the model); for ``LSTMConfig`` and ``GPTConfig`` (torch only)
+      in closed form.
+    - ``size_to_budget(template, target)``: a config whose count is within ``tolerance`` (default ±2%)
+      of ``target``, found by search over the template's free size fields; a clear ``ValueError`` when
+      no size does.
+
+    Search. Counts grow monotonically with every size field, so along one field the search doubles,
+    then bisects, to the two sizes that bracket the target (closer first). If the closer one is within
+    the tolerance it is the answer: the template's other sizes keep their defaults. Otherwise a second
+    free field makes a fine adjustment: it is searched the same way at each of the two bracketing
+    values of the first, and among the results within the tolerance the one whose fine value moved
+    least from its default (in ratio) wins. Defaults per family:
+
+    | config | free fields (coarse, fine) | coarse steps | fine range | fine default |
+    |---|---|---|---|---|
+    | ``LSTMConfig`` | ``hidden_size``, ``embedding_dim`` | 1 | 1 … 2¹⁶ | = hidden_size |
+    | ``GPTConfig`` | ``width``, ``mlp_width`` | ``num_heads`` (rotary: 2×) | 2·width … 6·width | 4·width |
+    | ``GroupRNNConfig`` | ``n``, ``embedding_dim`` | 1 (``block`` for BO) | 1 … 2¹⁶ | the template's (32) |
+
+    (n starts at the smallest size whose Lie algebra is not 0-dimensional, asked of the group.)
+
+    The fine field is needed because one step of the coarse one can move the count by more than the
+    4% window: n enters the dense group RNN's count as n⁴ (one step is ≈ 4/n, 20% at n = 20; T's and
+    BO's as n², through their n-by-2n and n/2-by-2n state maps), GPT's width
+    moves in steps of ``num_heads``, and at a large vocabulary the LSTM's count is dominated by the
+    embedding and head, linear in H. Pass ``free=`` to choose other fields (one or two of a family's
+    searchable fields, ``SEARCHABLE``); with one field a miss is an error.
+
+        >>> from reference.config import GroupRNNConfig, GroupTransformerConfig
+        >>> config = size_to_budget(GroupRNNConfig(vocab_size=65, group="O"), 100_000)
+        >>> config.n, config.embedding_dim, parameter_count(config)
+        (19, 60, 99953)
     """
     if type(template) not in DEFAULT_FREE:
         raise TypeError(f"cannot size {type(template).__name__}; expected one of "

@@ -1,23 +1,6 @@
 """Position schemes of the GPT baseline's attention (torch only): rotary embeddings and ALiBi.
 
-Both act inside attention and have no parameters, so a model using them has no position
-embedding and accepts sequences of any length (learned absolute positions, the third scheme,
-are an ``nn.Embedding`` in ``experiments.baselines``).
-
-Notation: one attention head of width d; a query at position m, a key at position n; positions
-are global token indices, so a call that continues a sequence after P tokens passes ``start=P``.
-
-- Rotary (Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding",
-  eq. 34): split q into the d/2 pairs (q_{2i}, q_{2i+1}) and rotate pair i by the angle m·θ_i,
-  θ_i = b^{-2i/d} with b = ``ROTARY_BASE``; keys likewise at n. Reading each pair as a complex
-  number q̃_i = q_{2i} + i·q_{2i+1}, the rotated vectors' dot product is
-  ``Σ_i Re(q̃_i · conj(k̃_i) · e^{i(m − n)θ_i})``: it depends on the positions only through m − n.
-- ALiBi (Press et al. 2022, "Train Short, Test Long: Attention with Linear Biases Enables Input
-  Length Extrapolation", §3): no rotation; head h adds ``−s_h · (m − n)`` to the score of every
-  key n ≤ m. For H heads, H a power of two, the slopes are the geometric sequence
-  ``s_h = 2^{−8h/H}``, h = 1 … H (8 heads: 1/2, 1/4, …, 1/256). Otherwise, with K the largest
-  power of two below H, the slopes are those of K heads followed by the first H − K of the
-  odd-indexed slopes of 2K heads (``2^{−8h/(2K)}``, h = 1, 3, 5, …), which lie between them.
+``rotary_frequencies``/``rotate`` and ``alibi_slopes``/``alibi_mask``; the conventions: ``rotate``.
 """
 
 from __future__ import annotations
@@ -54,6 +37,25 @@ def rotate(x, start=0, base=ROTARY_BASE):
     Returns:
         ``[..., T, d]``: pair (x_{2i}, x_{2i+1}) of row t rotated by (start + t)·θ_i,
         (x_{2i} cos φ − x_{2i+1} sin φ, x_{2i} sin φ + x_{2i+1} cos φ).
+
+    Both act inside attention and have no parameters, so a model using them has no position
+    embedding and accepts sequences of any length (learned absolute positions, the third scheme,
+    are an ``nn.Embedding`` in ``experiments.baselines``).
+
+    Notation: one attention head of width d; a query at position m, a key at position n; positions
+    are global token indices, so a call that continues a sequence after P tokens passes ``start=P``.
+
+    - Rotary (Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding",
+      eq. 34): split q into the d/2 pairs (q_{2i}, q_{2i+1}) and rotate pair i by the angle m·θ_i,
+      θ_i = b^{-2i/d} with b = ``ROTARY_BASE``; keys likewise at n. Reading each pair as a complex
+      number q̃_i = q_{2i} + i·q_{2i+1}, the rotated vectors' dot product is
+      ``Σ_i Re(q̃_i · conj(k̃_i) · e^{i(m − n)θ_i})``: it depends on the positions only through m − n.
+    - ALiBi (Press et al. 2022, "Train Short, Test Long: Attention with Linear Biases Enables Input
+      Length Extrapolation", §3): no rotation; head h adds ``−s_h · (m − n)`` to the score of every
+      key n ≤ m. For H heads, H a power of two, the slopes are the geometric sequence
+      ``s_h = 2^{−8h/H}``, h = 1 … H (8 heads: 1/2, 1/4, …, 1/256). Otherwise, with K the largest
+      power of two below H, the slopes are those of K heads followed by the first H − K of the
+      odd-indexed slopes of 2K heads (``2^{−8h/(2K)}``, h = 1, 3, 5, …), which lie between them.
     """
     length, dim = x.shape[-2], x.shape[-1]
     dtype = _angle_dtype(x.dtype)

@@ -294,7 +294,7 @@ REPORTS = {"lm": lm_report, "recall": recall_report.report}  # other tasks: metr
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path)
     args = parser.parse_args(argv)
     print(report(args.directory))

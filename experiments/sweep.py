@@ -1,27 +1,6 @@
 """Run a sweep: ``python -m experiments.sweep SWEEP [--workers 2] [--out DIR]``.
 
-SWEEP is a preset (``experiments.sweeps.PRESETS``), a dotted module name or a Python file that
-defines ``RUNS``, a list of ``experiments.sweep_run.SweepRun`` (one run each: a unique name, a
-model, a task and typed options; see ``experiments.sweeps``). Each run is trained by
-``experiments.train.run`` into ``DIR/<name>`` (default ``runs/<sweep file stem>``) on a local
-process pool. A run whose ``final.json`` exists is skipped and an unfinished one resumes from its
-checkpoint, so an interrupted sweep continues where it stopped; a run that fails, or whose
-worker process dies, writes ``error.txt`` and the others go on. ``DIR/sweep-<sweep file stem>.json`` records every run's
-status (one file per sweep, so sweeps that share a directory keep theirs).
-
-``--executor ray`` sends the same runs to a Ray cluster instead (``RAY_ADDRESS`` names it;
-without it Ray starts a local one), one task per run with ``--workers`` tasks' worth of CPUs
-shared out as on the pool. The run directories must be on storage every node sees.
-
-A sweep that sets ``TUNING`` chooses each arm's learning rate on validation first: its search
-runs go to ``DIR/tune/`` and the choice to ``DIR/chosen_rates.json`` (``experiments.tuning``); a
-sweep's ``OUT`` replaces the default directory. With ``TUNING.stability_margin`` each arm's first
-run trains first, and an arm whose first run diverged moves to its next-best rate (its runs at the
-diverged rate go to ``DIR/diverged/``) before the other runs start.
-
-A sweep may set ``NEEDS_CUDA = "why"``: without a CUDA device the sweep then stops before
-starting, printing why, unless ``--allow-cpu`` is given. Presets that set ``device: auto``
-resolve it when each run starts, on the machine that runs it.
+Every option, the output files and what happens when a worker dies: ``main``.
 """
 
 from __future__ import annotations
@@ -195,7 +174,32 @@ def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.sweep", description=__doc__.splitlines()[0])
+    """Run the sweep named on the command line (``python -m experiments.sweep --help``).
+
+    SWEEP is a preset (``experiments.sweeps.PRESETS``), a dotted module name or a Python file that
+    defines ``RUNS``, a list of ``experiments.sweep_run.SweepRun`` (one run each: a unique name, a
+    model, a task and typed options; see ``experiments.sweeps``). Each run is trained by
+    ``experiments.train.run`` into ``DIR/<name>`` (default ``runs/<sweep file stem>``) on a local
+    process pool. A run whose ``final.json`` exists is skipped and an unfinished one resumes from its
+    checkpoint, so an interrupted sweep continues where it stopped; a run that fails, or whose
+    worker process dies, writes ``error.txt`` and the others go on. ``DIR/sweep-<sweep file stem>.json`` records every run's
+    status (one file per sweep, so sweeps that share a directory keep theirs).
+
+    ``--executor ray`` sends the same runs to a Ray cluster instead (``RAY_ADDRESS`` names it;
+    without it Ray starts a local one), one task per run with ``--workers`` tasks' worth of CPUs
+    shared out as on the pool. The run directories must be on storage every node sees.
+
+    A sweep that sets ``TUNING`` chooses each arm's learning rate on validation first: its search
+    runs go to ``DIR/tune/`` and the choice to ``DIR/chosen_rates.json`` (``experiments.tuning``); a
+    sweep's ``OUT`` replaces the default directory. With ``TUNING.stability_margin`` each arm's first
+    run trains first, and an arm whose first run diverged moves to its next-best rate (its runs at the
+    diverged rate go to ``DIR/diverged/``) before the other runs start.
+
+    A sweep may set ``NEEDS_CUDA = "why"``: without a CUDA device the sweep then stops before
+    starting, printing why, unless ``--allow-cpu`` is given. Presets that set ``device: auto``
+    resolve it when each run starts, on the machine that runs it.
+    """
+    parser = argparse.ArgumentParser(prog="python -m experiments.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", help=f"a sweep file or module, or a preset: {', '.join(sorted(PRESETS))}")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--workers", type=int, default=2)

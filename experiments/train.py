@@ -1,46 +1,6 @@
 """Train any model on any task: ``python -m experiments.train --model M [--task T] [--key value ...]``.
 
-    python -m experiments.train --model group_rnn --dataset ptb_char --group O --n 16 --steps 2000
-    python -m experiments.train --model mlstm --task recall --vocab-size 48 --length 64 --read ns
-    python -m experiments.train --resume runs/my-run [--steps 4000]
-    python -m experiments.train --preset charlm-ptb/rnn-U-seed0 --steps 100   # one run of a preset
-
-Models: the keys of ``experiments.models.MODEL_CONFIGS``; tasks: ``experiments.tasks.task_classes()``
-(``lm``, the default, language modelling on ``--dataset``; ``recall``, noisy in-context recall).
-Every ``--key value`` sets a field of ``TrainConfig`` (``--lr 1e-3``), of the task's config
-(``--dataset ptb_char``, ``--length 64``) or of the model's config (``--n 16``); the three share no
-field name, and unknown keys are refused. ``--preset SWEEP/RUN`` takes model, task and options
-from run RUN of a sweep (``experiments.sweeps``), at its arm's chosen rate where the sweep has
-chosen one (``preset_argv``); further pairs override them.
-
-One loop for every task: AdamW on Euclidean parameters and RiemannianAdam on group-valued ones
-(``geoopt.ManifoldParameter``), a group RNN's input and state maps at their n-aware rates unless
-``--map-lr plain`` (``map_lr_groups``), one schedule (linear warm-up, then constant or cosine to 0), the
-gradient norm clipped to ``clip`` (``none``: not clipped), an evaluation of the task's validation
-split every ``eval_every`` steps. The run directory holds ``config.json`` (training, task and model
-configs), ``command.txt``, ``git_revision.txt``, ``metrics.jsonl`` (one JSON object per
-evaluation: the task's training and validation metrics, the drift, the gradient norm of each
-parameter group before clipping at that step, and for a group RNN its training dynamics on one
-fixed batch; see ``experiments.analysis.diagnostics``), ``checkpoint.pt`` (written atomically every
-``checkpoint_every`` steps: model, optimizers, schedule, step, both random generators and the best
-model so far, as tensors and JSON: it is loaded with ``weights_only=True``, so a checkpoint that
-carries a pickled object is refused), ``best.pt`` (the model at the evaluation with the lowest
-``task.selection_key``, for language modelling the validation bits, with its step and score)
-and ``final.json`` (the task's validation and test metrics of that best model, or of the last
-one for a task that does not select, ``best_step``, tokens/s, parameters, the drift of
-group-valued tensors). A training loss that is not finite ends the run: the model of the last
-completed step is evaluated like any other (into ``metrics.jsonl``, and kept if it is the best), and
-``final.json`` says why under ``stopped`` (``steps``: the steps completed; with no finite
-evaluation ``best_step`` is null and the last model is tested).
-A run killed at any point and continued with ``--resume`` produces the same metrics and
-parameters as an uninterrupted one, bit for bit, on the CPU (tested). The checkpoint holds the
-run's configuration; a resume refuses any other (an edited ``config.json`` included), except for
-``RESUME_OVERRIDES`` given after ``--resume DIR`` (``--steps`` at least the checkpoint's step),
-which ``config.json`` and ``resumes.jsonl`` record. One process at a time trains in a directory (it
-holds ``run.lock``); every file but the appended ``*.jsonl`` is written to a temporary file and
-renamed over, and a failed write (a full disk) is an ``OSError`` naming the file and leaves no
-temporary file behind. Progress goes to stderr: a bar on a terminal, otherwise one
-plain line per evaluation.
+Every command line, option and output file: ``main``.
 """
 
 from __future__ import annotations
@@ -652,7 +612,7 @@ def command_line(config, directory):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m experiments.train", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=sorted(MODEL_CONFIGS))
     parser.add_argument("--task", default=None, help="default: lm")
     parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<model>-<task>-seed<seed>")
@@ -703,6 +663,50 @@ def resume_config(directory, pairs):
 
 
 def main(argv=None):
+    """Train, resume or run a preset from the command line (``python -m experiments.train --help``).
+
+    python -m experiments.train --model group_rnn --dataset ptb_char --group O --n 16 --steps 2000
+        python -m experiments.train --model mlstm --task recall --vocab-size 48 --length 64 --read ns
+        python -m experiments.train --resume runs/my-run [--steps 4000]
+        python -m experiments.train --preset charlm-ptb/rnn-U-seed0 --steps 100   # one run of a preset
+
+    Models: the keys of ``experiments.models.MODEL_CONFIGS``; tasks: ``experiments.tasks.task_classes()``
+    (``lm``, the default, language modelling on ``--dataset``; ``recall``, noisy in-context recall).
+    Every ``--key value`` sets a field of ``TrainConfig`` (``--lr 1e-3``), of the task's config
+    (``--dataset ptb_char``, ``--length 64``) or of the model's config (``--n 16``); the three share no
+    field name, and unknown keys are refused. ``--preset SWEEP/RUN`` takes model, task and options
+    from run RUN of a sweep (``experiments.sweeps``), at its arm's chosen rate where the sweep has
+    chosen one (``preset_argv``); further pairs override them.
+
+    One loop for every task: AdamW on Euclidean parameters and RiemannianAdam on group-valued ones
+    (``geoopt.ManifoldParameter``), a group RNN's input and state maps at their n-aware rates unless
+    ``--map-lr plain`` (``map_lr_groups``), one schedule (linear warm-up, then constant or cosine to 0), the
+    gradient norm clipped to ``clip`` (``none``: not clipped), an evaluation of the task's validation
+    split every ``eval_every`` steps. The run directory holds ``config.json`` (training, task and model
+    configs), ``command.txt``, ``git_revision.txt``, ``metrics.jsonl`` (one JSON object per
+    evaluation: the task's training and validation metrics, the drift, the gradient norm of each
+    parameter group before clipping at that step, and for a group RNN its training dynamics on one
+    fixed batch; see ``experiments.analysis.diagnostics``), ``checkpoint.pt`` (written atomically every
+    ``checkpoint_every`` steps: model, optimizers, schedule, step, both random generators and the best
+    model so far, as tensors and JSON: it is loaded with ``weights_only=True``, so a checkpoint that
+    carries a pickled object is refused), ``best.pt`` (the model at the evaluation with the lowest
+    ``task.selection_key``, for language modelling the validation bits, with its step and score)
+    and ``final.json`` (the task's validation and test metrics of that best model, or of the last
+    one for a task that does not select, ``best_step``, tokens/s, parameters, the drift of
+    group-valued tensors). A training loss that is not finite ends the run: the model of the last
+    completed step is evaluated like any other (into ``metrics.jsonl``, and kept if it is the best), and
+    ``final.json`` says why under ``stopped`` (``steps``: the steps completed; with no finite
+    evaluation ``best_step`` is null and the last model is tested).
+    A run killed at any point and continued with ``--resume`` produces the same metrics and
+    parameters as an uninterrupted one, bit for bit, on the CPU (tested). The checkpoint holds the
+    run's configuration; a resume refuses any other (an edited ``config.json`` included), except for
+    ``RESUME_OVERRIDES`` given after ``--resume DIR`` (``--steps`` at least the checkpoint's step),
+    which ``config.json`` and ``resumes.jsonl`` record. One process at a time trains in a directory (it
+    holds ``run.lock``); every file but the appended ``*.jsonl`` is written to a temporary file and
+    renamed over, and a failed write (a full disk) is an ``OSError`` naming the file and leaves no
+    temporary file behind. Progress goes to stderr: a bar on a terminal, otherwise one
+    plain line per evaluation.
+    """
     argv = sys.argv[1:] if argv is None else argv
     args, rest = build_parser().parse_known_args(argv)
     if args.preset is not None:

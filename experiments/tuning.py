@@ -1,20 +1,6 @@
 """The learning-rate search of a sweep that sets ``TUNING`` (an ``experiments.sweep_run.Tuning``).
 
-The fair recipe of issue 13 item 4: for each arm (a sweep's runs that differ only in the seed),
-train it once per rate of ``Tuning.rates`` (seed ``Tuning.seed``, the options overridden by
-``Tuning.options``: a short budget), choose the rate whose run reached the lowest validation
-score (the task's ``selection_key`` at the run's best step: validation only), and train every
-run of the arm at that rate. ``experiments.sweep`` runs the search in ``OUT/tune/``, writes
-``OUT/chosen_rates.json`` and then runs the sweep in ``OUT``; both stages skip finished runs, so
-the whole recipe resumes, and the choice is recomputed from the finished search runs each time.
-A search at the full budget (``Tuning.options`` empty) with a seed the sweep also runs trains that
-seed's run at the chosen rate already: ``reuse_search_runs`` copies it instead of training it twice.
-
-With ``Tuning.stability_margin`` the choice is checked at the full length (``settle_rates``): each
-arm's first run trains first, and an arm whose first run diverged parks its runs at that rate in
-``OUT/diverged/lr<rate>/`` and takes its next-best searched rate, until one trains stably. An arm
-with no stable rate keeps the one whose first run reached the lowest validation score, marked
-``"stable": false`` in ``chosen_rates.json``.
+The search, the choice and the check at full length: ``choose_rates`` and ``settle_rates``.
 """
 
 from __future__ import annotations
@@ -58,6 +44,22 @@ def choose_rates(runs, tuning, directory):
 
     Raises:
         ValueError: the arms' task selects no model (its ``selection_key`` is None).
+
+    The fair recipe: for each arm (a sweep's runs that differ only in the seed),
+    train it once per rate of ``Tuning.rates`` (seed ``Tuning.seed``, the options overridden by
+    ``Tuning.options``: a short budget), choose the rate whose run reached the lowest validation
+    score (the task's ``selection_key`` at the run's best step: validation only), and train every
+    run of the arm at that rate. ``experiments.sweep`` runs the search in ``OUT/tune/``, writes
+    ``OUT/chosen_rates.json`` and then runs the sweep in ``OUT``; both stages skip finished runs, so
+    the whole recipe resumes, and the choice is recomputed from the finished search runs each time.
+    A search at the full budget (``Tuning.options`` empty) with a seed the sweep also runs trains that
+    seed's run at the chosen rate already: ``reuse_search_runs`` copies it instead of training it twice.
+
+    With ``Tuning.stability_margin`` the choice is checked at the full length (``settle_rates``): each
+    arm's first run trains first, and an arm whose first run diverged parks its runs at that rate in
+    ``OUT/diverged/lr<rate>/`` and takes its next-best searched rate, until one trains stably. An arm
+    with no stable rate keeps the one whose first run reached the lowest validation score, marked
+    ``"stable": false`` in ``chosen_rates.json``.
     """
     directory, chosen = Path(directory), {}
     for arm, template in arm_templates(runs).items():

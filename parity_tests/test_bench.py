@@ -47,7 +47,7 @@ def test_a_cuda_run_without_a_gpu_stops_with_a_clear_error(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_quick_suite_writes_every_row(tmp_path):
-    """Every row of issue 12's table at small shapes: the group RNN against its matched LSTM (O(24),
+    """Every row of the speed table (experiments/studies/bench/README.md) at small shapes: the group RNN against its matched LSTM (O(24),
     U(24), the demo's O(16), T and BO sized to a budget), the Transformer, the NS read's step and
     memory, and the information rows (exponential, reference)."""
     assert main(["--quick", "--threads", "1", "--out", str(tmp_path)]) == 0

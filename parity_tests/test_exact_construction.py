@@ -1,4 +1,4 @@
-"""The exact construction (issue 14 item 4): an input-driven SO(n) group RNN with hand-set weights
+"""The exact construction: an input-driven SO(n) group RNN with hand-set weights
 tracks S5, A5 and S3 words at any length.
 
 Weights. Token v (a permutation σ_v, ids as in ``experiments.tasks.words``) embeds as the algebra

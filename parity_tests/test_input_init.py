@@ -1,4 +1,4 @@
-"""``GroupRNNConfig.input_init`` (issue 14 item 3): ``spread`` gives every token's first update the
+"""``GroupRNNConfig.input_init``: ``spread`` gives every token's first update the
 rotation angles it drew, in both trees, and changes nothing else; ``default`` is the old init.
 
 The angles a model drew are re-drawn by replaying its generator: the default init of the same

@@ -1,4 +1,4 @@
-"""The n-aware learning rates of the group RNN's maps (issue 13 item 2): the rule against its closed
+"""The n-aware learning rates of the group RNN's maps: the rule against its closed
 form, the optimizer's parameter groups and schedule, and the plain update kept exactly."""
 
 import math

@@ -260,7 +260,7 @@ def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, f
         assert abs(parameter_count(config.model) - charlm_v2.BUDGET) <= TOLERANCE * charlm_v2.BUDGET, run.name
         if run.model == "group_rnn":
             assert config.model.embedding_dim >= charlm_v2.MIN_EMBEDDING, run.name
-    monkeypatch.setattr(charlm_v2, "O_FIX", {"reproject_every": 16})  # the hook of issue 13 item 2
+    monkeypatch.setattr(charlm_v2, "O_FIX", {"reproject_every": 16})  # O_FIX may set any GroupRNNConfig field
     fixed = charlm_v2.templates(vocab_size)
     assert fixed["rnn-O-fix"][1].reproject_every == 16 and fixed["rnn-O-fix"][1].group == "O"
 

@@ -371,7 +371,7 @@ class GroupTransformerConfig(_GroupState):
         return self.num_layers * (2 if self.feedforward else 1)
 
 
-# --- learning rates of the group RNN's maps (issue 13 item 2) -----------------------------------
+# --- learning rates of the group RNN's maps --------------------------------------------------
 
 MAP_LR_REFERENCE = ("O", 16)  # the group of the reference shape, at which the plain update learns
 

@@ -1,24 +1,6 @@
-"""Training-dynamics diagnostics (issue 13 item 1), recorded by ``experiments.train`` at every evaluation.
+"""Training-dynamics diagnostics, recorded by ``experiments.train`` at every evaluation.
 
-Gradient norms (``gradient_norms``, every model): the Euclidean norm of the gradient of each
-parameter group, before clipping, as ``grad_norm_<group>``, and over all parameters as
-``grad_norm``. A group RNN's groups are its modules: ``embedding``, ``input_map`` (W, b),
-``state_map`` (U), ``mixing``, ``readout`` and ``initial_state`` (H_0); any other model's groups
-are its top-level modules.
-
-Group-RNN dynamics (``dynamics``; an empty dict for any other model), on one batch of tokens, from
-the model's public pieces only (the embedding, the cell's ``input_map``, ``state_map`` and
-``mixing``, the group's ``features`` and ``hat``, the states the model returns). With
-d_t = W e_t + b, the state term s_t = U features(H_{t−1}), c_t = d_t + s_t and
-A_t = hat(mix(c_t)), means over batch and time:
-
-* ``dyn_rotation_mean`` / ``dyn_rotation_max``: the spectral norm ‖A_t‖₂ (for a compact group the
-  largest rotation angle of the step, in radians), mean and maximum;
-* ``dyn_drive_norm``, ``dyn_input_norm``, ``dyn_state_norm``: ‖c_t‖, ‖d_t‖, ‖s_t‖;
-* ``dyn_similarity@k`` for k in ``LAGS``: Re tr(H_tᴴ H_{t+k}) / n (1 for a state that does not move;
-  near 0 once the state has forgotten H_t), over the pairs the batch's length allows;
-* ``dyn_readout_norm``: the norm of the readout's Euclidean weights (its parameters other than
-  biases and group-valued ones: R of the linear readout, τ of the prototype readout).
+What each diagnostic measures, and how: ``dynamics`` and ``gradient_norms``.
 """
 
 from __future__ import annotations
@@ -66,7 +48,28 @@ def gradient_norms(model):
 
 @torch.no_grad()
 def dynamics(model, tokens):
-    """The group-RNN diagnostics of ``model`` on ``tokens: [B, T]`` (``{}`` for any other model)."""
+    """The group-RNN diagnostics of ``model`` on ``tokens: [B, T]`` (``{}`` for any other model).
+
+    Gradient norms (``gradient_norms``, every model): the Euclidean norm of the gradient of each
+    parameter group, before clipping, as ``grad_norm_<group>``, and over all parameters as
+    ``grad_norm``. A group RNN's groups are its modules: ``embedding``, ``input_map`` (W, b),
+    ``state_map`` (U), ``mixing``, ``readout`` and ``initial_state`` (H_0); any other model's groups
+    are its top-level modules.
+
+    Group-RNN dynamics (``dynamics``; an empty dict for any other model), on one batch of tokens, from
+    the model's public pieces only (the embedding, the cell's ``input_map``, ``state_map`` and
+    ``mixing``, the group's ``features`` and ``hat``, the states the model returns). With
+    d_t = W e_t + b, the state term s_t = U features(H_{t−1}), c_t = d_t + s_t and
+    A_t = hat(mix(c_t)), means over batch and time:
+
+    * ``dyn_rotation_mean`` / ``dyn_rotation_max``: the spectral norm ‖A_t‖₂ (for a compact group the
+      largest rotation angle of the step, in radians), mean and maximum;
+    * ``dyn_drive_norm``, ``dyn_input_norm``, ``dyn_state_norm``: ‖c_t‖, ‖d_t‖, ‖s_t‖;
+    * ``dyn_similarity@k`` for k in ``LAGS``: Re tr(H_tᴴ H_{t+k}) / n (1 for a state that does not move;
+      near 0 once the state has forgotten H_t), over the pairs the batch's length allows;
+    * ``dyn_readout_norm``: the norm of the readout's Euclidean weights (its parameters other than
+      biases and group-valued ones: R of the linear readout, τ of the prototype readout).
+    """
     if not isinstance(model, GroupRNN):
         return {}
     cell, group = model.cell, model.group

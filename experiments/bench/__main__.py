@@ -24,7 +24,7 @@ BENCHMARKS = {"exp": exp.run, "group_rnn": group_rnn.run, "group_transformer": g
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small shapes and few repetitions (smoke test)")
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), default=sorted(BENCHMARKS))
     parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))

@@ -72,7 +72,7 @@ def run(sizes=(8, 16, 32), repeats=30):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.bench.compile_probe",
-                                     description=__doc__.splitlines()[0])
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="n = 4 only, few repetitions (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
     args = parser.parse_args(argv)

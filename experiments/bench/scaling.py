@@ -80,7 +80,7 @@ def plot(record, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.bench.scaling", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.bench.scaling", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, one repetition (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
     args = parser.parse_args(argv)

@@ -59,7 +59,7 @@ def measure(runs, seconds=10.0, rounds=4):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.bench.study_speed",
-                                     description=__doc__.splitlines()[0])
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", help=f"a sweep file or module, or a preset: {', '.join(sorted(PRESETS))}")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds of training per arm and turn")
     parser.add_argument("--rounds", type=int, default=4, help="timed turns per arm, after one warm-up turn")

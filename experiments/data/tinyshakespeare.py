@@ -1,30 +1,7 @@
 """Tiny Shakespeare (char-rnn's ``input.txt``) as character id streams (SPEC §7).
 
-The file is not in any package and never committed. It is resolved in this order:
-
-1. ``data_dir`` if given, else ``$GROUPSTATE_DATA_DIR`` if set (and not empty):
-   ``<dir>/tinyshakespeare/input.txt`` must exist there. A missing file is an error naming the
-   variable and the path; there is no silent fallback to a download when a data directory was
-   named.
-2. Otherwise the cached download ``<cache>/tinyshakespeare/input.txt``, fetched from
-   ``TINY_SHAKESPEARE_URL`` on first use. ``<cache>`` is ``cache_dir`` if given, else
-   ``$GROUPSTATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/groupstate``, else ``~/.cache/groupstate``.
-   The download is streamed into a temporary file next to the target, checked against
-   ``TINY_SHAKESPEARE_SHA256`` and only then renamed into place (atomic on POSIX), so the cache
-   never holds a partial or wrong file.
-
-Every file read is checked against the sha256 (the split sizes and the vocabulary below are facts
-about that file); pass ``verify=False`` to read a local file of your own.
-
-Split (SPEC §7): three contiguous pieces of the N characters, in file order: ``train`` is the
-first ⌊0.90·N⌋, ``valid`` (model selection) the next up to ⌊0.95·N⌋, ``test`` the rest. The train
-split is char-rnn's and nanoGPT's; their 10% validation split is cut in two here. The vocabulary
-is the 65 distinct characters of the whole file, sorted by code point, so no split holds an
-unknown symbol.
-
-    >>> vocabulary, streams = tinyshakespeare()        # doctest: +SKIP
-    >>> len(vocabulary), [len(streams[split]) for split in SPLITS]  # doctest: +SKIP
-    (65, [1003854, 55770, 55770])
+``tinyshakespeare()`` returns ``(vocabulary, {split: ids})``; where the file is read from, how
+it is checked and split: ``tinyshakespeare``.
 """
 
 from __future__ import annotations
@@ -175,6 +152,32 @@ def tinyshakespeare(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, dow
         url: where to download from (a ``file://`` URL works).
         download: allow the download when the file is not cached.
         verify: check the sha256 of the file read.
+
+    The file is not in any package and never committed. It is resolved in this order:
+
+    1. ``data_dir`` if given, else ``$GROUPSTATE_DATA_DIR`` if set (and not empty):
+       ``<dir>/tinyshakespeare/input.txt`` must exist there. A missing file is an error naming the
+       variable and the path; there is no silent fallback to a download when a data directory was
+       named.
+    2. Otherwise the cached download ``<cache>/tinyshakespeare/input.txt``, fetched from
+       ``TINY_SHAKESPEARE_URL`` on first use. ``<cache>`` is ``cache_dir`` if given, else
+       ``$GROUPSTATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/groupstate``, else ``~/.cache/groupstate``.
+       The download is streamed into a temporary file next to the target, checked against
+       ``TINY_SHAKESPEARE_SHA256`` and only then renamed into place (atomic on POSIX), so the cache
+       never holds a partial or wrong file.
+
+    Every file read is checked against the sha256 (the split sizes and the vocabulary below are facts
+    about that file); pass ``verify=False`` to read a local file of your own.
+
+    Split (SPEC §7): three contiguous pieces of the N characters, in file order: ``train`` is the
+    first ⌊0.90·N⌋, ``valid`` (model selection) the next up to ⌊0.95·N⌋, ``test`` the rest. The train
+    split is char-rnn's and nanoGPT's; their 10% validation split is cut in two here. The vocabulary
+    is the 65 distinct characters of the whole file, sorted by code point, so no split holds an
+    unknown symbol.
+
+        >>> vocabulary, streams = tinyshakespeare()        # doctest: +SKIP
+        >>> len(vocabulary), [len(streams[split]) for split in SPLITS]  # doctest: +SKIP
+        (65, [1003854, 55770, 55770])
     """
     text = tinyshakespeare_text(data_dir, cache_dir, url, download, verify)
     vocabulary = sorted(set(text))

@@ -1,40 +1,12 @@
 """The verdict of the v2 character-level study on the paper's three claims.
 
-``python -m experiments.studies.charlm_v2.claims [DIR]`` reads DIR (default ``experiments/results/charlm_v2``),
-which holds one finished sweep of ``experiments/studies/charlm_v2/recipe.py`` per dataset (``tinyshakespeare/``,
-``ptb_char/``), and writes ``DIR/claims.md`` and ``DIR/claims.json``. The claims and the comparisons
-that test them (``COMPARISONS``):
+    python -m experiments.studies.charlm_v2.claims [DIR]
 
-1. the group models are competitive with matched baselines: each group arm − the LSTM, − the GPT;
-2. they beat their unconstrained counterpart: the O RNNs − the GL RNN;
-3. tangent-space mixing adds about 2–3% relative: O with scalar mixing − O without (both with the
-   n-aware fix, ``rnn-O-fix``);
-
-and two that explain the numbers: the fix (``rnn-O-fix`` − ``rnn-O``) and the two O shapes
-(``rnn-O16-fix`` − ``rnn-O-fix``).
-
-A comparison a − b pairs the runs of arms a and b by seed (the seeds both finished with a finite
-score). Per seed s it takes the test bits per character of each run's best-validation model,
-d_s = a_s − b_s and r_s = 100 · d_s / b_s (percent), and reports the mean of d and of r with their
-95% t-intervals over the paired seeds (``experiments.analysis.stats.mean_ci``): windowed, and with the state
-carried across the test split where both arms are recurrent. A negative difference favours a.
-
-Each dataset also gets its checks: the unigram level, the cross-entropy of
-the training split's character frequencies (add-one smoothed) on the test split, with every arm's
-worst seed against it; each run's last validation bits (where its training ended, not its best
-checkpoint) against the same level on the validation split, with how far it rose above its best;
-and each arm's best steps, flagged where a best step is the run's last evaluation. Where the study
-has runs trained longer (``convergence/<arm>[-lr<rate>]-steps<N>-seed<s>``), a table sets them beside
-the study's run: how much more training, at the study's rate or another, still moves the test bits
-(``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test
-too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape, with
-an update bound or at another rate, e.g. ``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix
-at n = 22 and a 225-wide embedding, or ``bound/rnn-T207-e32-bound3.1416-lr0.01-seed0``, T with
-θ = 3.1416) are
-paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBE_BASELINES``, in a
-table of their own; they are not study arms. Where one folder holds probes of two study arms at one shape
-(``probe_shape``), each at its study arm's rate, the study's own comparisons between those arms are
-repeated at that shape.
+reads DIR (default ``experiments/results/charlm_v2``: one finished sweep of ``recipe`` per dataset,
+``tinyshakespeare/`` and ``ptb_char/``) and writes ``DIR/claims.md`` and ``DIR/claims.json``: the
+seed-paired comparisons of ``COMPARISONS`` with 95% intervals, each dataset's checks (unigram and
+n-gram levels, last against best validation, best steps), the longer-training runs and the probes
+outside the study. What each table holds: ``claims``.
 """
 
 from __future__ import annotations
@@ -368,7 +340,44 @@ def plot_probes(probes, arms, path):
 
 def claims(directory=DEFAULT_DIR):
     """Write ``claims.md`` and ``claims.json`` into ``directory`` for each dataset folder with finished
-    runs; returns the Markdown."""
+    runs; returns the Markdown.
+
+    ``python -m experiments.studies.charlm_v2.claims [DIR]`` reads DIR (default ``experiments/results/charlm_v2``),
+    which holds one finished sweep of ``experiments/studies/charlm_v2/recipe.py`` per dataset (``tinyshakespeare/``,
+    ``ptb_char/``), and writes ``DIR/claims.md`` and ``DIR/claims.json``. The claims and the comparisons
+    that test them (``COMPARISONS``):
+
+    1. the group models are competitive with matched baselines: each group arm − the LSTM, − the GPT;
+    2. they beat their unconstrained counterpart: the O RNNs − the GL RNN;
+    3. tangent-space mixing adds about 2–3% relative: O with scalar mixing − O without (both with the
+       n-aware fix, ``rnn-O-fix``);
+
+    and two that explain the numbers: the fix (``rnn-O-fix`` − ``rnn-O``) and the two O shapes
+    (``rnn-O16-fix`` − ``rnn-O-fix``).
+
+    A comparison a − b pairs the runs of arms a and b by seed (the seeds both finished with a finite
+    score). Per seed s it takes the test bits per character of each run's best-validation model,
+    d_s = a_s − b_s and r_s = 100 · d_s / b_s (percent), and reports the mean of d and of r with their
+    95% t-intervals over the paired seeds (``experiments.analysis.stats.mean_ci``): windowed, and with the state
+    carried across the test split where both arms are recurrent. A negative difference favours a.
+
+    Each dataset also gets its checks: the unigram level, the cross-entropy of
+    the training split's character frequencies (add-one smoothed) on the test split, with every arm's
+    worst seed against it; each run's last validation bits (where its training ended, not its best
+    checkpoint) against the same level on the validation split, with how far it rose above its best;
+    and each arm's best steps, flagged where a best step is the run's last evaluation. Where the study
+    has runs trained longer (``convergence/<arm>[-lr<rate>]-steps<N>-seed<s>``), a table sets them beside
+    the study's run: how much more training, at the study's rate or another, still moves the test bits
+    (``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test
+    too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape, with
+    an update bound or at another rate, e.g. ``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix
+    at n = 22 and a 225-wide embedding, or ``bound/rnn-T207-e32-bound3.1416-lr0.01-seed0``, T with
+    θ = 3.1416) are
+    paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBE_BASELINES``, in a
+    table of their own; they are not study arms. Where one folder holds probes of two study arms at one shape
+    (``probe_shape``), each at its study arm's rate, the study's own comparisons between those arms are
+    repeated at that shape.
+    """
     directory = Path(directory)
     sections, record = [], {}
     for folder, title in DATASET_FOLDERS.items():
@@ -401,7 +410,7 @@ def claims(directory=DEFAULT_DIR):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.claims", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.claims", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, nargs="?", default=DEFAULT_DIR)
     print(claims(parser.parse_args(argv).directory))
     return 0

@@ -1,36 +1,12 @@
 """How much of the recent context a trained language model's readout can see, linearly.
 
-``python -m experiments.studies.charlm_v2.context_probe DIR [DIR ...] --out OUT`` takes finished runs of a character
-LM (the v2 study's ``<arm>-seed<k>`` directories, each with ``best.pt``) and asks of each: at
-position t of a validation window, which earlier character x_{t−k} can a linear map read from the
-vector the model's readout reads, z_t?
+    python -m experiments.studies.charlm_v2.context_probe DIR [DIR ...] --out OUT
 
-- group RNN: z_t = features(H_t) (the readout's input: n² reals for O(n), 2n for T, k·b² for BO);
-- LSTM: z_t = h_t (the head's input).
-
-For each lag k = 0 … ``LAGS`` − 1 a ridge regression from the standardized z_t onto the one-hot of
-x_{t−k} is fitted on half of ``WINDOWS`` random validation windows (positions t ≥ ``BURN_IN`` of
-``LENGTH``, so that the state has seen enough context) and scored on the other half as the accuracy
-of its arg-max: a **linear context probe**. Lag 0 is the token just read; the next character
-depends mostly on the last few, so a readout that can linearly see only x_t is a bigram model. The
-level to beat is the most frequent character's share.
-
-Second, a **readout probe**: is the next character a linear function of z_t, or does the state hold
-more than a linear readout can use? With the model frozen, z_t of ``READOUT_WINDOWS`` random training
-windows (positions t ≥ ``BURN_IN``) trains two readouts to predict x_{t+1}: a linear softmax and an
-MLP with one hidden layer of ``HIDDEN`` ReLU units (Adam, up to ``PROBE_STEPS`` batches of
-``PROBE_BATCH``, early-stopped on a held-out tenth of those positions). Both are scored in bits per
-character on the validation windows, next to the model's own readout on the same positions. The
-linear probe can learn the model's own map, but from far fewer positions, so it lands somewhat
-above it; what the MLP gains over the linear probe is information the state holds but a linear
-readout cannot use.
-
-Third, the model's own validation bits at each position of the window: how far back its
-predictions keep gaining from context.
-
-Writes ``OUT/context_probe.json`` (per run: the accuracy per lag, the three readouts' bits, the bits
-by position, its arm and test bits) and ``OUT/context_probe.png`` (the three, mean over each arm's
-seeds).
+takes finished runs of a character LM (``<arm>-seed<k>`` directories with ``best.pt``) and measures
+on each: a linear context probe (which earlier character x_{t−k} a ridge map reads from the vector
+the readout reads), a readout probe (a linear and an MLP readout trained on the frozen state) and
+the model's own bits by position. Writes ``OUT/context_probe.json`` and ``OUT/context_probe.png``.
+The method in full: ``probe``.
 """
 
 from __future__ import annotations
@@ -208,7 +184,40 @@ def position_bins(values):
 
 def probe(directories, out, **options):
     """Probe every run of ``directories`` (``options``: ``probe_run``'s sizes); write
-    ``out/context_probe.json`` and ``.png``; returns the record."""
+    ``out/context_probe.json`` and ``.png``; returns the record.
+
+    ``python -m experiments.studies.charlm_v2.context_probe DIR [DIR ...] --out OUT`` takes finished runs of a character
+    LM (the v2 study's ``<arm>-seed<k>`` directories, each with ``best.pt``) and asks of each: at
+    position t of a validation window, which earlier character x_{t−k} can a linear map read from the
+    vector the model's readout reads, z_t?
+
+    - group RNN: z_t = features(H_t) (the readout's input: n² reals for O(n), 2n for T, k·b² for BO);
+    - LSTM: z_t = h_t (the head's input).
+
+    For each lag k = 0 … ``LAGS`` − 1 a ridge regression from the standardized z_t onto the one-hot of
+    x_{t−k} is fitted on half of ``WINDOWS`` random validation windows (positions t ≥ ``BURN_IN`` of
+    ``LENGTH``, so that the state has seen enough context) and scored on the other half as the accuracy
+    of its arg-max: a **linear context probe**. Lag 0 is the token just read; the next character
+    depends mostly on the last few, so a readout that can linearly see only x_t is a bigram model. The
+    level to beat is the most frequent character's share.
+
+    Second, a **readout probe**: is the next character a linear function of z_t, or does the state hold
+    more than a linear readout can use? With the model frozen, z_t of ``READOUT_WINDOWS`` random training
+    windows (positions t ≥ ``BURN_IN``) trains two readouts to predict x_{t+1}: a linear softmax and an
+    MLP with one hidden layer of ``HIDDEN`` ReLU units (Adam, up to ``PROBE_STEPS`` batches of
+    ``PROBE_BATCH``, early-stopped on a held-out tenth of those positions). Both are scored in bits per
+    character on the validation windows, next to the model's own readout on the same positions. The
+    linear probe can learn the model's own map, but from far fewer positions, so it lands somewhat
+    above it; what the MLP gains over the linear probe is information the state holds but a linear
+    readout cannot use.
+
+    Third, the model's own validation bits at each position of the window: how far back its
+    predictions keep gaining from context.
+
+    Writes ``OUT/context_probe.json`` (per run: the accuracy per lag, the three readouts' bits, the bits
+    by position, its arm and test bits) and ``OUT/context_probe.png`` (the three, mean over each arm's
+    seeds).
+    """
     out, directories = Path(out), runs_with_best(directories, "the context probe")
     out.mkdir(parents=True, exist_ok=True)
     runs = {}
@@ -261,7 +270,7 @@ def plot(record, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.context_probe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.context_probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("directories", nargs="+", type=Path, help="finished runs (with best.pt)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -1,33 +1,12 @@
-"""How a trained group RNN's state is conditioned along a validation stream: why GL's carried-state
-evaluation fails while its windowed one does not; and how a GL run's training loss turns NaN.
+"""How a trained group RNN's state is conditioned along a validation stream (why GL's carried-state
+evaluation fails while its windowed one does not), and how a GL run's training loss turns NaN.
 
-``python -m experiments.studies.charlm_v2.state_spectrum DIR [DIR ...] --out OUT [--length 1024]`` takes finished
-group-RNN runs (with ``best.pt``) and feeds each best-validation model ``STREAMS`` random validation
-pieces of ``--length`` characters, the state starting at the model's H_0. At each position t it
-takes the singular values σ_1 ≥ … ≥ σ_n of the state H_t (n × n, unpacked for T and BO; float32 as
-trained, the SVD in float64) and records, over the pieces, the median of
+    python -m experiments.studies.charlm_v2.state_spectrum DIR [DIR ...] --out OUT [--length 1024]
+    python -m experiments.studies.charlm_v2.state_spectrum --blowup DIR [DIR ...] --out OUT
 
-- ‖H_t‖_F / √n, which is 1 on a compact group (every σ_i = 1);
-- σ_max and σ_min;
-- σ_min / σ_max, the state's inverse condition number: 1 on a compact group; below float32's
-  resolution (about 1e-7) the state has numerically lost rank, and GL's membership test
-  (``GeneralLinear``: σ_min ≤ atol · max(1, σ_max)) refuses it, which ends a carried evaluation with
-  NaN (``experiments.tasks.lm.carried_bits``);
-- the numerical rank, the number of σ_i above ``RANK_TOLERANCE`` · σ_max: how many directions of
-  H_t are far above float32's round-off (n on a compact group).
-
-Writes ``OUT/state_spectrum.json`` (per run: its arm, test bits and the five curves) and
-``OUT/state_spectrum.png`` (σ_min / σ_max, the rank and ‖H_t‖_F / √n against t).
-
-``python -m experiments.studies.charlm_v2.state_spectrum --blowup DIR [DIR ...] --out OUT`` replays runs that stopped
-on a non-finite training loss (``final.json``'s ``stopped``): a copy of each run resumes from its
-last checkpoint (or starts afresh, if it stopped before one) and trains to the failing step exactly
-as it did (the training is deterministic on the CPU). On that step's batch it finds the first
-sequence and position whose state H_t is not finite, and records σ_max of that sequence's states
-before it, and at the last finite state H_{t−1}: ‖d_t‖ (the input drive W e_t + b), ‖c_t‖ (with the
-state term U features(H_{t−1})) and the largest real part of an eigenvalue of A_t = hat(c_t), whose
-exponential the update multiplies in.
-Writes ``OUT/blowup.json``.
+The first measures the singular values of H_t along ``STREAMS`` validation pieces and writes
+``OUT/state_spectrum.json`` and ``.png`` (``measure``); the second replays runs that stopped on a
+non-finite loss to the failing step and writes ``OUT/blowup.json`` (``trace_blowup``).
 """
 
 from __future__ import annotations
@@ -87,7 +66,36 @@ def spectrum_run(directory, length=LENGTH, streams=STREAMS, seed=SEED):
 
 
 def measure(directories, out, length=LENGTH, streams=STREAMS):
-    """Measure every run of ``directories``; write ``out/state_spectrum.json`` and ``.png``; returns the record."""
+    """Measure every run of ``directories``; write ``out/state_spectrum.json`` and ``.png``; returns the record.
+
+    ``python -m experiments.studies.charlm_v2.state_spectrum DIR [DIR ...] --out OUT [--length 1024]`` takes finished
+    group-RNN runs (with ``best.pt``) and feeds each best-validation model ``STREAMS`` random validation
+    pieces of ``--length`` characters, the state starting at the model's H_0. At each position t it
+    takes the singular values σ_1 ≥ … ≥ σ_n of the state H_t (n × n, unpacked for T and BO; float32 as
+    trained, the SVD in float64) and records, over the pieces, the median of
+
+    - ‖H_t‖_F / √n, which is 1 on a compact group (every σ_i = 1);
+    - σ_max and σ_min;
+    - σ_min / σ_max, the state's inverse condition number: 1 on a compact group; below float32's
+      resolution (about 1e-7) the state has numerically lost rank, and GL's membership test
+      (``GeneralLinear``: σ_min ≤ atol · max(1, σ_max)) refuses it, which ends a carried evaluation with
+      NaN (``experiments.tasks.lm.carried_bits``);
+    - the numerical rank, the number of σ_i above ``RANK_TOLERANCE`` · σ_max: how many directions of
+      H_t are far above float32's round-off (n on a compact group).
+
+    Writes ``OUT/state_spectrum.json`` (per run: its arm, test bits and the five curves) and
+    ``OUT/state_spectrum.png`` (σ_min / σ_max, the rank and ‖H_t‖_F / √n against t).
+
+    ``python -m experiments.studies.charlm_v2.state_spectrum --blowup DIR [DIR ...] --out OUT`` replays runs that stopped
+    on a non-finite training loss (``final.json``'s ``stopped``): a copy of each run resumes from its
+    last checkpoint (or starts afresh, if it stopped before one) and trains to the failing step exactly
+    as it did (the training is deterministic on the CPU). On that step's batch it finds the first
+    sequence and position whose state H_t is not finite, and records σ_max of that sequence's states
+    before it, and at the last finite state H_{t−1}: ‖d_t‖ (the input drive W e_t + b), ‖c_t‖ (with the
+    state term U features(H_{t−1})) and the largest real part of an eigenvalue of A_t = hat(c_t), whose
+    exponential the update multiplies in.
+    Writes ``OUT/blowup.json``.
+    """
     out, directories = Path(out), runs_with_best(directories, "the state spectrum")
     out.mkdir(parents=True, exist_ok=True)
     runs = {}
@@ -170,7 +178,7 @@ def plot(record, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.state_spectrum", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.state_spectrum", description=__doc__.split("\n\n")[0])
     parser.add_argument("directories", nargs="+", type=Path, help="finished group-RNN runs (with best.pt)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--length", type=int, default=LENGTH)

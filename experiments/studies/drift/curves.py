@@ -86,7 +86,7 @@ def plot(runs, steps, args, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.drift.curves", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies.drift.curves", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--reproject-every", type=int, default=100)

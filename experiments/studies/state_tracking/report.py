@@ -213,7 +213,7 @@ def report(directory):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.studies.state_tracking.report",
-                                     description=__doc__.splitlines()[0])
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path)
     print(report(parser.parse_args(argv).directory))
     return 0

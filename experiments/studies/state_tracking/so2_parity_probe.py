@@ -285,7 +285,7 @@ def train_all(seeds):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("spread", "landscape", "train", "all"), default="all")
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args(argv)
