@@ -20,16 +20,12 @@ import shutil
 import time
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from experiments.baselines import LSTMConfig  # noqa: E402
-from experiments.params_budget import count_parameters, parameter_count, size_to_budget  # noqa: E402
-from experiments.train import Run, build_config  # noqa: E402
-from parity_tests.harness import parity as group_rnn_parity  # noqa: E402
-from reference.config import GroupRNNConfig  # noqa: E402
+from experiments.analysis.plotting import plt
+from experiments.baselines import LSTMConfig
+from experiments.params_budget import count_parameters, parameter_count, size_to_budget
+from experiments.train import Run, build_config
+from parity_tests.harness import parity as group_rnn_parity
+from reference.config import GroupRNNConfig
 
 log = logging.getLogger("groupstate.demo")
 VOCABULARY = 50  # Penn Treebank characters

@@ -22,16 +22,13 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from experiments.analysis import recall as recall_report  # noqa: E402
-from experiments.analysis.stats import format_interval  # noqa: E402
-from experiments.sweep_run import arm_of  # noqa: E402
-from experiments.tuning import DIVERGED  # noqa: E402
+from experiments.analysis.plotting import plt
+from experiments.analysis import recall as recall_report
+from experiments.analysis.stats import format_interval
+from experiments.sweep_run import arm_of
+from experiments.tuning import DIVERGED
 
 
 def finished_runs(directory):

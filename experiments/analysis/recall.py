@@ -14,14 +14,11 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from experiments.analysis.stats import format_interval, paired_difference_ci  # noqa: E402
-from reference.config import MLSTMConfig  # noqa: E402
+from experiments.analysis.plotting import plt
+from experiments.analysis.stats import format_interval, paired_difference_ci
+from reference.config import MLSTMConfig
 
 SUCCESS = 0.8  # a seed "succeeds" when its final validation accuracy exceeds this
 

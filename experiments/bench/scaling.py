@@ -56,10 +56,7 @@ def measure(quick=False):
 
 
 def plot(record, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from experiments.analysis.plotting import plt
 
     figure, (by_length, by_n) = plt.subplots(1, 2, figsize=(10, 4))
     for group in GROUPS:

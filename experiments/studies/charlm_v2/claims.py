@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from experiments.data import load_dataset
-from experiments.report import NOT_CONVERGED, best_steps, learning_rates, load_runs, plt, plot_seeds
+from experiments.analysis.plotting import plt
+from experiments.report import NOT_CONVERGED, best_steps, learning_rates, load_runs, plot_seeds
 from experiments.analysis.stats import mean_ci
 
 DEFAULT_DIR = Path("experiments/results/charlm_v2")

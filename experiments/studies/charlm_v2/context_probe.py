@@ -17,20 +17,17 @@ import json
 import math
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
+import torch.nn.functional as F
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from experiments.baselines import LSTMLanguageModel  # noqa: E402
-from experiments.data import load_dataset  # noqa: E402
-from experiments.models import build_model  # noqa: E402
-from experiments.sweep_run import arm_of  # noqa: E402
-from experiments.train import RunConfig, load_checkpoint_file  # noqa: E402
-from manifold_impl.group_rnn import GroupRNN  # noqa: E402
+from experiments.analysis.plotting import plt
+from experiments.baselines import LSTMLanguageModel
+from experiments.data import load_dataset
+from experiments.models import build_model
+from experiments.sweep_run import arm_of
+from experiments.train import RunConfig, load_checkpoint_file
+from manifold_impl.group_rnn import GroupRNN
 
 LAGS = 8
 WINDOWS = 256

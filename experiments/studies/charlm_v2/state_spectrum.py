@@ -18,18 +18,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from experiments.studies.charlm_v2.context_probe import load_best, runs_with_best  # noqa: E402
-from experiments.data import load_dataset  # noqa: E402
-from experiments.sweep_run import arm_of  # noqa: E402
-from experiments.train import Run, RunConfig  # noqa: E402
-from manifold_impl.group_rnn import GroupRNN  # noqa: E402
+from experiments.analysis.plotting import plt
+from experiments.studies.charlm_v2.context_probe import load_best, runs_with_best
+from experiments.data import load_dataset
+from experiments.sweep_run import arm_of
+from experiments.train import Run, RunConfig
+from manifold_impl.group_rnn import GroupRNN
 
 STREAMS = 16
 LENGTH = 1024

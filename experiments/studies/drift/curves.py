@@ -14,17 +14,14 @@ import json
 import platform
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
+from tqdm import tqdm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from manifold_impl.group_rnn import GroupRNN  # noqa: E402
-from manifold_impl.groups import GROUPS  # noqa: E402
-from reference.config import GroupRNNConfig  # noqa: E402
+from experiments.analysis.plotting import plt
+from manifold_impl.group_rnn import GroupRNN
+from manifold_impl.groups import GROUPS
+from reference.config import GroupRNNConfig
 
 COMPACT = tuple(name for name, group in GROUPS.items() if group.is_compact)
 

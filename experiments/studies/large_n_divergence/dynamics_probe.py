@@ -305,10 +305,7 @@ PANELS = (("loss (bits, train, 10-step mean)", None), ("valid bits", None),
 
 
 def plot(names, path, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from experiments.analysis.plotting import plt
 
     runs = _load(names)
     fig, axes = plt.subplots(4, 4, figsize=(18, 14))

@@ -18,13 +18,10 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from experiments.analysis.stats import mean_ci  # noqa: E402
+from experiments.analysis.plotting import plt
+from experiments.analysis.stats import mean_ci
 
 SOLVED_ACCURACY = 0.99
 SOLVED_FACTOR = 4

@@ -15,19 +15,16 @@ import json
 import shutil
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from experiments.models import build_model  # noqa: E402
-from experiments.studies.state_tracking.arms import WARMUP  # noqa: E402
-from experiments.tasks.base import split_generator  # noqa: E402
-from experiments.tasks.words import permutation_group, word_batch  # noqa: E402
-from experiments.train import RunConfig, load_checkpoint_file  # noqa: E402
-from experiments.train import main as train_main  # noqa: E402
+from experiments.analysis.plotting import plt
+from experiments.models import build_model
+from experiments.studies.state_tracking.arms import WARMUP
+from experiments.tasks.base import split_generator
+from experiments.tasks.words import permutation_group, word_batch
+from experiments.train import RunConfig, load_checkpoint_file
+from experiments.train import main as train_main
 
 CELLS = ("S5", "A5")
 ARMS = ("rnn-SO-input-spread", "rnn-SO-input", "rnn-U-input", "lstm")
