@@ -69,30 +69,30 @@ def test_the_claims_pair_arms_by_seed_and_check_each_arm_against_the_unigram(tmp
     for seed, bits in lstm.items():
         _run(folder, "lstm", seed, bits, carried=bits - 0.1, best_step=300, valid=(3.0, bits, bits + 0.01 * seed))
     for seed, bits in o_fix.items():
-        _run(folder, "rnn-O-fix", seed, bits, carried=bits - 0.2, valid=(3.0, 5.5) if seed == 3 else (3.0, bits))
+        _run(folder, "rnn-O-naware", seed, bits, carried=bits - 0.2, valid=(3.0, 5.5) if seed == 3 else (3.0, bits))
     _run(folder, "gpt", 0, 2.3)  # no carried score: that column reads —
     markdown = claims(tmp_path)
     record = json.loads((tmp_path / "claims.json").read_text())["tinyshakespeare"]
 
     rows = {row["comparison"]: row for row in record["comparisons"]}
-    windowed = rows["rnn-O-fix − lstm"]["windowed"]
+    windowed = rows["rnn-O-naware − lstm"]["windowed"]
     differences = np.array([0.5, 0.4])
     assert windowed["seeds"] == [0, 1]
     assert windowed["difference"] == pytest.approx(0.45)
     assert windowed["half_width"] == pytest.approx(scipy.stats.t.ppf(0.975, 1) * differences.std(ddof=1) / math.sqrt(2))
     assert windowed["relative_percent"] == pytest.approx(np.mean(100 * differences / np.array([2.0, 2.2])))
-    assert rows["rnn-O-fix − lstm"]["carried"]["difference"] == pytest.approx(0.35)
-    assert rows["rnn-O-fix − gpt"]["carried"] is None
-    assert math.isnan(rows["rnn-O-fix − gpt"]["windowed"]["half_width"])  # one paired seed
+    assert rows["rnn-O-naware − lstm"]["carried"]["difference"] == pytest.approx(0.35)
+    assert rows["rnn-O-naware − gpt"]["carried"] is None
+    assert math.isnan(rows["rnn-O-naware − gpt"]["windowed"]["half_width"])  # one paired seed
     assert "rnn-O − rnn-GL" not in rows  # arms without runs are not compared
 
     checks = record["checks"]
     assert 4.5 < record["unigram_bits"] < 5.0  # Tiny Shakespeare's characters
-    assert checks["lstm"]["below_unigram"] and not checks["rnn-O-fix"]["below_unigram"]  # seed 3: 9.9 bits
+    assert checks["lstm"]["below_unigram"] and not checks["rnn-O-naware"]["below_unigram"]  # seed 3: 9.9 bits
     assert 4.5 < record["valid_unigram_bits"] < 5.0
-    assert checks["lstm"]["ends_below_unigram"] and not checks["rnn-O-fix"]["ends_below_unigram"]  # seed 3 ends at 5.5
+    assert checks["lstm"]["ends_below_unigram"] and not checks["rnn-O-naware"]["ends_below_unigram"]  # seed 3 ends at 5.5
     assert checks["lstm"]["rise_from_best"] == pytest.approx([0.0, 0.01, 0.02])
-    assert "| rnn-O-fix | 9.9000 | NO | 5.5000 (+2.500) | NO | 400†, 400†, 400† |" in markdown
+    assert "| rnn-O-naware | 9.9000 | NO | 5.5000 (+2.500) | NO | 400†, 400†, 400† |" in markdown
     assert "| lstm | 2.2000 | yes | 2.2100 (+0.020) | yes | 300, 300, 300 |" in markdown
     assert "| gpt | 2.3000 | yes | — | NO |" in markdown  # no evaluations recorded
 
@@ -149,37 +149,37 @@ def test_longer_training_sits_beside_the_study_run_with_the_change_in_test_bits(
 def test_a_probe_outside_the_study_is_paired_with_the_study_arms_in_a_table_of_its_own(tmp_path):
     folder = tmp_path / "ptb_char"
     for seed, (study, lstm, probe) in enumerate(((2.5, 1.8, 2.3), (2.4, 1.7, 2.3))):
-        _run(folder, "rnn-O-fix", seed, study, carried=study)
+        _run(folder, "rnn-O-naware", seed, study, carried=study)
         _run(folder, "lstm", seed, lstm, carried=lstm)
-        _run(folder / "o_width", "rnn-O22-e225-fix-lr0.001", seed, probe, carried=probe - 0.1, valid=(3.0, probe))
-    _run(folder / "o_width", "rnn-O22-e225-fix-lr0.001", 5, 1.0)  # no study twin: left out of the pairing
+        _run(folder / "o_width", "rnn-O22-e225-naware-lr0.001", seed, probe, carried=probe - 0.1, valid=(3.0, probe))
+    _run(folder / "o_width", "rnn-O22-e225-naware-lr0.001", 5, 1.0)  # no study twin: left out of the pairing
     markdown = claims(tmp_path)
     record = json.loads((tmp_path / "claims.json").read_text())["ptb_char"]
-    assert "rnn-O22-e225-fix-lr0.001" not in record["checks"]  # not a study arm
+    assert "rnn-O22-e225-naware-lr0.001" not in record["checks"]  # not a study arm
     rows = {row["comparison"]: row for row in record["probes"]["o_width"]}
-    probe = "rnn-O22-e225-fix-lr0.001"
-    assert list(rows) == [f"{probe} − rnn-O-fix", f"{probe} − lstm"]  # its own arm first; no U, no GPT runs here
-    assert rows[f"{probe} − rnn-O-fix"]["windowed"]["seeds"] == [0, 1]
-    assert rows[f"{probe} − rnn-O-fix"]["windowed"]["difference"] == pytest.approx(-0.15)
+    probe = "rnn-O22-e225-naware-lr0.001"
+    assert list(rows) == [f"{probe} − rnn-O-naware", f"{probe} − lstm"]  # its own arm first; no U, no GPT runs here
+    assert rows[f"{probe} − rnn-O-naware"]["windowed"]["seeds"] == [0, 1]
+    assert rows[f"{probe} − rnn-O-naware"]["windowed"]["difference"] == pytest.approx(-0.15)
     assert rows[f"{probe} − lstm"]["carried"]["difference"] == pytest.approx(0.45)
     assert "Outside the study (`o_width/`" in markdown
     assert (folder / "o_width" / "curves.png").stat().st_size > 0
-    assert "| the O shape: n and the embedding width | rnn-O22-e225-fix-lr0.001 − rnn-O-fix | 2 | -0.1500 ± " in markdown
+    assert "| the O shape: n and the embedding width | rnn-O22-e225-naware-lr0.001 − rnn-O-naware | 2 | -0.1500 ± " in markdown
 
 
 def test_probes_of_two_study_arms_at_one_shape_repeat_the_study_comparison_between_them(tmp_path):
     folder = tmp_path / "ptb_char"
     for seed, (fix, mix, wide_mix) in enumerate(((2.4, 2.2, 2.0), (2.2, 2.1, 1.9))):
-        _run(folder, "rnn-O-fix", seed, 2.5)
-        _run(folder / "o_width", "rnn-O23-e128-fix-lr0.001", seed, fix, carried=fix)
+        _run(folder, "rnn-O-naware", seed, 2.5)
+        _run(folder / "o_width", "rnn-O23-e128-naware-lr0.001", seed, fix, carried=fix)
         _run(folder / "o_width", "rnn-O23-e128-mix-scalar-lr0.001", seed, mix, carried=mix)
-        _run(folder / "o_width", "rnn-O22-e225-mix-scalar-lr0.001", seed, wide_mix)  # another shape: no O-fix twin
-        _run(folder / "o_width", "rnn-O23-e128-fix-lr0.003", seed, 5.0, lr=3e-3)  # not the study's rate: left out
+        _run(folder / "o_width", "rnn-O22-e225-mix-scalar-lr0.001", seed, wide_mix)  # another shape: no O-naware twin
+        _run(folder / "o_width", "rnn-O23-e128-naware-lr0.003", seed, 5.0, lr=3e-3)  # not the study's rate: left out
     claims(tmp_path)
     rows = json.loads((tmp_path / "claims.json").read_text())["ptb_char"]["probes"]["o_width"]
     repeated = [row for row in rows if ", at " in row["claim"]]
     assert [(row["claim"], row["comparison"]) for row in repeated] == [
-        (f"{CLAIM_3}, at O23-e128", "rnn-O23-e128-mix-scalar-lr0.001 − rnn-O23-e128-fix-lr0.001")]
+        (f"{CLAIM_3}, at O23-e128", "rnn-O23-e128-mix-scalar-lr0.001 − rnn-O23-e128-naware-lr0.001")]
     assert repeated[0]["windowed"]["difference"] == pytest.approx(-0.15)
     assert repeated[0]["windowed"]["relative_percent"] == pytest.approx(100 * (-0.2 / 2.4 - 0.1 / 2.2) / 2)
 
@@ -190,7 +190,7 @@ def test_a_probe_arm_names_its_shape():
     assert probe_shape("rnn-T207-e32-bound3.1416-lr0.01") == "T207-e32-bound3.1416"
 
 
-@pytest.mark.parametrize("probe, arm", [("rnn-O22-e225-fix-lr0.001", "rnn-O-fix"), ("rnn-T189-e160-lr0.01", "rnn-T"),
+@pytest.mark.parametrize("probe, arm", [("rnn-O22-e225-naware-lr0.001", "rnn-O-naware"), ("rnn-T189-e160-lr0.01", "rnn-T"),
                                         ("rnn-BO268-e160-lr0.01", "rnn-BO"), ("rnn-O23-e97-mix-scalar-lr1e-3",
                                                                               "rnn-O-mix-scalar"),
                                         ("rnn-BO288-e32-bound4.4429-lr0.01", "rnn-BO"),
@@ -201,4 +201,4 @@ def test_a_probe_arm_names_the_study_arm_it_reshapes(probe, arm):
 
 def test_a_probe_arm_of_another_name_is_refused():
     with pytest.raises(ValueError, match="probe arm"):
-        reshaped_arm("rnn-O-fix-wide")
+        reshaped_arm("rnn-O-naware-wide")

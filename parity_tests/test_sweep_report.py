@@ -240,14 +240,14 @@ def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, f
     assert sweep.out == f"experiments/results/charlm_v2/{folder}"
     arms = {arm_of(run.name) for run in sweep.runs}
     assert arms == {"lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O",
-                    "rnn-O-fix", "rnn-O16-fix"}
+                    "rnn-O-naware", "rnn-O16-naware"}
     by_name = {run.name: run for run in sweep.runs}
-    plain, fix = by_name["rnn-O-seed0"].options, by_name["rnn-O-fix-seed0"].options
+    plain, fix = by_name["rnn-O-seed0"].options, by_name["rnn-O-naware-seed0"].options
     assert plain["map_lr"] == "plain" and fix["map_lr"] == "n_aware"  # the fix: the maps' n-aware rates
     assert {k: v for k, v in plain.items() if k != "map_lr"} == {k: v for k, v in fix.items() if k != "map_lr"}
     assert all("map_lr" not in run.options for run in sweep.runs
-               if arm_of(run.name) not in ("rnn-O", "rnn-O-fix", "rnn-O16-fix"))
-    second = by_name["rnn-O16-fix-seed0"].options  # the second O shape: n fixed, a wider embedding
+               if arm_of(run.name) not in ("rnn-O", "rnn-O-naware", "rnn-O16-naware"))
+    second = by_name["rnn-O16-naware-seed0"].options  # the second O shape: n fixed, a wider embedding
     assert second["n"] == 16 and plain["n"] > 16 and second["embedding_dim"] > plain["embedding_dim"]
     assert second["map_lr"] == "n_aware"
     assert len(sweep.runs) == len(arms) * len(charlm_v2.SEEDS) and len(charlm_v2.SEEDS) >= 3
@@ -262,7 +262,7 @@ def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, f
             assert config.model.embedding_dim >= charlm_v2.MIN_EMBEDDING, run.name
     monkeypatch.setattr(charlm_v2, "O_FIX", {"reproject_every": 16})  # O_FIX may set any GroupRNNConfig field
     fixed = charlm_v2.templates(vocab_size)
-    assert fixed["rnn-O-fix"][1].reproject_every == 16 and fixed["rnn-O-fix"][1].group == "O"
+    assert fixed["rnn-O-naware"][1].reproject_every == 16 and fixed["rnn-O-naware"][1].group == "O"
 
 
 def test_the_rate_choice_reads_each_arms_search_runs_and_skips_unfinished_or_diverged_ones(tmp_path):

@@ -26,17 +26,17 @@ from experiments.analysis.stats import mean_ci
 
 DEFAULT_DIR = Path("experiments/results/charlm_v2")
 DATASET_FOLDERS = {"tinyshakespeare": "Tiny Shakespeare", "ptb_char": "Penn Treebank characters"}
-GROUP_ARMS = ("rnn-O", "rnn-O-fix", "rnn-O16-fix", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "transformer-O")
+GROUP_ARMS = ("rnn-O", "rnn-O-naware", "rnn-O16-naware", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "transformer-O")
 COMPACT_RNN_ARMS = tuple(arm for arm in GROUP_ARMS if arm.startswith("rnn-"))
 CLAIM_1 = "1. competitive with matched baselines"
 CLAIM_2 = "2. better than the unconstrained GL"
 CLAIM_3 = "3. mixing adds 2–3% relative"
 COMPARISONS = (  # (what it tests, arm a, arm b): a − b
     *((CLAIM_1, arm, baseline) for baseline in ("lstm", "gpt") for arm in GROUP_ARMS),
-    (CLAIM_2, "rnn-O", "rnn-GL"), (CLAIM_2, "rnn-O-fix", "rnn-GL"),
-    (CLAIM_3, "rnn-O-mix-scalar", "rnn-O-fix"),
-    ("the fix of item 2", "rnn-O-fix", "rnn-O"),
-    ("the O shape: n = 16, wide embedding", "rnn-O16-fix", "rnn-O-fix"))
+    (CLAIM_2, "rnn-O", "rnn-GL"), (CLAIM_2, "rnn-O-naware", "rnn-GL"),
+    (CLAIM_3, "rnn-O-mix-scalar", "rnn-O-naware"),
+    ("the n-aware map rates", "rnn-O-naware", "rnn-O"),
+    ("the O shape: n = 16, wide embedding", "rnn-O16-naware", "rnn-O-naware"))
 SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}
 PROBES = {"o_width": "the O shape: n and the embedding width", "tb_width": "T and BO with a wider embedding",
           "bound": "T and BO with every step's angles bounded (update_bound; without it: the control)",
@@ -57,7 +57,7 @@ def _probe_name(probe):
 
 
 def reshaped_arm(probe):
-    """The study arm a probe arm reshapes: ``rnn-O22-e225-fix-lr0.001`` -> ``rnn-O-fix``,
+    """The study arm a probe arm reshapes: ``rnn-O22-e225-naware-lr0.001`` -> ``rnn-O-naware``,
     ``rnn-T189-e160-lr0.01`` -> ``rnn-T``; ValueError for a name not of that form."""
     match = _probe_name(probe)
     return match["model"] + match["variant"]
@@ -351,10 +351,10 @@ def claims(directory=DEFAULT_DIR):
     1. the group models are competitive with matched baselines: each group arm − the LSTM, − the GPT;
     2. they beat their unconstrained counterpart: the O RNNs − the GL RNN;
     3. tangent-space mixing adds about 2–3% relative: O with scalar mixing − O without (both with the
-       n-aware fix, ``rnn-O-fix``);
+       n-aware fix, ``rnn-O-naware``);
 
-    and two that explain the numbers: the fix (``rnn-O-fix`` − ``rnn-O``) and the two O shapes
-    (``rnn-O16-fix`` − ``rnn-O-fix``).
+    and two that explain the numbers: the fix (``rnn-O-naware`` − ``rnn-O``) and the two O shapes
+    (``rnn-O16-naware`` − ``rnn-O-naware``).
 
     A comparison a − b pairs the runs of arms a and b by seed (the seeds both finished with a finite
     score). Per seed s it takes the test bits per character of each run's best-validation model,
@@ -371,7 +371,7 @@ def claims(directory=DEFAULT_DIR):
     the study's run: how much more training, at the study's rate or another, still moves the test bits
     (``longer_training``). For scale, count models of order 2–5 (``ngram_levels``) are scored on test
     too. Probes outside the study (``PROBES``: folders of runs of a study arm in another shape, with
-    an update bound or at another rate, e.g. ``o_width/rnn-O22-e225-fix-lr0.001-seed0``, O with the fix
+    an update bound or at another rate, e.g. ``o_width/rnn-O22-e225-naware-lr0.001-seed0``, O with the fix
     at n = 22 and a 225-wide embedding, or ``bound/rnn-T207-e32-bound3.1416-lr0.01-seed0``, T with
     θ = 3.1416) are
     paired by seed with the arm they reshape (``reshaped_arm``) and with ``PROBE_BASELINES``, in a

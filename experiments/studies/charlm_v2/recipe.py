@@ -2,8 +2,8 @@
 equal tokens with ``SEEDS`` seeds, tested at its best-validation step.
 
 Arms (``templates``, sized to ``BUDGET`` by ``experiments.lm_arms.arms``): ``ARMS`` of the
-templates of ``experiments.lm_arms``; ``rnn-O-fix``, the O RNN with ``O_FIX`` (n-aware map rates);
-``rnn-O16-fix``, n = 16 with the embedding taking the budget. ``rnn-O`` trains with the plain
+templates of ``experiments.lm_arms``; ``rnn-O-naware``, the O RNN with ``O_FIX`` (n-aware map rates);
+``rnn-O16-naware``, n = 16 with the embedding taking the budget. ``rnn-O`` trains with the plain
 rate (``PLAIN``); a group RNN's embedding is kept at least ``MIN_EMBEDDING`` wide (``arms``).
 Recipe: ``TUNING`` searches ``experiments.sweep_run.LEARNING_RATES`` on ``TUNE_STEPS`` steps, checks
 the choice at full length (``STABILITY_MARGIN``), then ``STEPS`` steps of 32 × 128 per run.
@@ -32,11 +32,11 @@ TUNING = Tuning(options={"steps": TUNE_STEPS}, stability_margin=STABILITY_MARGIN
 ARMS = ("lstm", "gpt", "rnn-O", "rnn-O-mix-scalar", "rnn-U", "rnn-T", "rnn-BO", "rnn-GL", "transformer-O")
 PLAIN = {"map_lr": "plain"}  # run options of the plain O arm rnn-O: the paper's single learning rate
 SECOND_SHAPE_N = 16  # the second O shape: n fixed, the embedding takes the budget
-SECOND_SHAPE = f"rnn-O{SECOND_SHAPE_N}-fix"
+SECOND_SHAPE = f"rnn-O{SECOND_SHAPE_N}-naware"
 FREE = {SECOND_SHAPE: "embedding_dim"}
 MIN_EMBEDDING = 32  # the sizer's default width (params_budget); U(17) on PTB, 9 wide, does not learn
 O_FIX = {"map_lr": "n_aware"}  # options of the O RNN's fix, GroupRNNConfig fields or
-# run options; non-empty: adds the arm rnn-O-fix
+# run options; non-empty: adds the arm rnn-O-naware
 
 
 def _split_fix():
@@ -46,12 +46,12 @@ def _split_fix():
 
 
 def templates(vocab_size, length=None):
-    """``{arm: (model name, config template)}``: ``ARMS`` from the first study, ``rnn-O-fix``, and the
-    second O shape ``rnn-O{SECOND_SHAPE_N}-fix`` (sized along its embedding width, ``FREE``)."""
+    """``{arm: (model name, config template)}``: ``ARMS`` from the first study, ``rnn-O-naware``, and the
+    second O shape ``rnn-O{SECOND_SHAPE_N}-naware`` (sized along its embedding width, ``FREE``)."""
     first = lm_arms.templates(vocab_size, length)
     chosen = {name: first[name] for name in ARMS}
     if O_FIX:
-        chosen["rnn-O-fix"] = ("group_rnn", dataclasses.replace(first["rnn-O"][1], **_split_fix()[0]))
+        chosen["rnn-O-naware"] = ("group_rnn", dataclasses.replace(first["rnn-O"][1], **_split_fix()[0]))
     chosen[SECOND_SHAPE] = ("group_rnn", dataclasses.replace(first["rnn-O"][1], n=SECOND_SHAPE_N,
                                                              **_split_fix()[0]))
     return chosen
@@ -71,8 +71,8 @@ def arms(vocab_size, budget=BUDGET, length=None):
 
 def runs(dataset, vocab_size, budget=BUDGET, training=None, seeds=SEEDS):
     """Every (arm, seed) of the v2 study on ``dataset`` (its learning rates still to be tuned); ``rnn-O``
-    takes ``PLAIN``'s options and ``rnn-O-fix`` the run options of ``O_FIX``."""
-    extra = {"rnn-O": PLAIN, "rnn-O-fix": _split_fix()[1], SECOND_SHAPE: _split_fix()[1]}
+    takes ``PLAIN``'s options and ``rnn-O-naware`` the run options of ``O_FIX``."""
+    extra = {"rnn-O": PLAIN, "rnn-O-naware": _split_fix()[1], SECOND_SHAPE: _split_fix()[1]}
     training = TRAINING if training is None else training
     every = lm_arms.runs_of(arms(vocab_size, budget, training["length"]), dataset, training, seeds)
     return [dataclasses.replace(run, options={**run.options, **extra.get(arm_of(run.name), {})}) for run in every]
