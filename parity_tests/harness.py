@@ -1,4 +1,4 @@
-"""Parity of the two trees on one configuration of any model (SPEC §8), shared by pytest and the CLI.
+"""Parity of the two trees on one configuration of any model (docs/design.md, Parity and tolerances), shared by pytest and the CLI.
 
 From one NumPy-generated parameter set (keys and shapes of the torch ``state_dict``) both trees
 compute logits, loss, their caches and the gradient of every parameter (a key missing from either
@@ -172,7 +172,7 @@ def max_membership_error(group, states):
     return float(np.max(np.abs(gram - np.eye(group.n)), initial=0.0))
 
 
-# --- the two runs -----------------------------------------------------------------------------------
+# --- the two runs ---------------------------------------------------------------------------------
 
 def draw_problem(reference_model, vocab_size, seed, batch, length):
     """Generic parameters of ``reference_model``'s spec and a batch of tokens, all from ``seed``:

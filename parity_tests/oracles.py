@@ -31,7 +31,7 @@ def taylor_expm(a, terms=30):
 def algebra_violation(name, a, block=None):
     """How far ``a: [..., n, n]`` is from the Lie algebra ``name`` (max-abs; 0 inside).
 
-    Written from the algebras' definitions (SPEC §1), independent of either tree's ``proj``.
+    Written from the algebras' definitions (docs/design.md, Groups), independent of either tree's ``proj``.
     """
     a = np.asarray(a)
     ah = np.conj(np.swapaxes(a, -1, -2))
@@ -78,7 +78,7 @@ def group_violation(name, x, block=None):
 
 
 def state_features(name, x, block=None):
-    """features(x) of SPEC §2 for one matrix ``x: [n, n]``, entry by entry: the entries the group
+    """features(x) of docs/design.md (Models) for one matrix ``x: [n, n]``, entry by entry: the entries the group
     ``name`` allows to be non-zero (all; T the diagonal; BO the diagonal blocks, block by block,
     row-major inside), real parts, then (U, SU, T) imaginary parts."""
     x = np.asarray(x)

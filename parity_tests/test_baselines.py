@@ -103,7 +103,7 @@ def test_dropout_only_in_training(kind):
 @pytest.mark.parametrize("split", [None, (5, 7), (1, 10, 1)], ids=["token-by-token", "5+7", "1+10+1"])
 @pytest.mark.parametrize("kind", KINDS, ids=KINDS)
 def test_continuing_from_the_cache_equals_the_full_sequence(kind, split):
-    """SPEC §8's stepping check: the sequence fed in pieces, each call given the previous cache."""
+    """docs/design.md's (Parity and tolerances) stepping check: the sequence fed in pieces, each call given the previous cache."""
     model = make(kind, dtype=torch.float64)
     tokens = random_tokens(2, 12)
     with torch.no_grad():
@@ -233,7 +233,7 @@ def test_bad_config_refused(case):
         build()
 
 
-# --- parameter counts ------------------------------------------------------------------------------
+# --- parameter counts -----------------------------------------------------------------------------
 
 def real_numel(model):
     """Independent count: every parameter viewed as real numbers."""
@@ -288,7 +288,7 @@ def test_rotary_and_alibi_have_no_position_parameters(positions):
     assert missing == {"position_embedding.weight"}
 
 
-# --- position schemes against closed forms ------------------------------------------------------------
+# --- position schemes against closed forms --------------------------------------------------------
 
 def rotation_matrix(position, dim, base=10_000.0):
     """R_m of RoFormer (Su et al. 2021, eq. 15): block diagonal, block i = rotation by m·base^(−2i/dim)."""
@@ -393,7 +393,7 @@ def test_attention_sublayer_against_numpy(positions):
     np.testing.assert_allclose(got, numpy_attention(attention, x[0].numpy(), positions), rtol=0, atol=1e-12)
 
 
-# --- sizing to a budget ----------------------------------------------------------------------------
+# --- sizing to a budget ---------------------------------------------------------------------------
 
 TEMPLATES = {
     "lstm": LSTMConfig(VOCAB, 1),

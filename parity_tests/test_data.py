@@ -1,4 +1,4 @@
-"""Datasets (SPEC §7): sizes, vocabularies and checksums pinned; Tiny Shakespeare's resolution,
+"""Datasets (docs/design.md, Tasks and data): sizes, vocabularies and checksums pinned; Tiny Shakespeare's resolution,
 download (from a local ``file://`` URL), checksum refusal and missing-data errors.
 
 Pinned id-stream checksums are sha256 of the little-endian int64 bytes of each split.
@@ -68,7 +68,7 @@ def no_data_dir(monkeypatch):
 # --- Tiny Shakespeare: pinned facts -------------------------------------------------------------
 
 TS_VOCABULARY = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-TS_SPLITS = {  # split: (tokens, sha256 of the id stream); 90/5/5 of the 1,115,394 characters (SPEC §7)
+TS_SPLITS = {  # split: (tokens, sha256 of the id stream); 90/5/5 of the 1,115,394 characters (docs/design.md, Tasks and data)
     "train": (1_003_854, "0f4025c3c124bb920bb39e98f886c47c440860813f0768beb379a7c64f29a0db"),
     "valid": (55_770, "171defec6f07e200793a9af9481b14d4a475274f39032a6dc60683832ea293d8"),
     "test": (55_770, "a554639d4113ff92de2db75220b08c21e3cd645204a094a56be01d82a1aa56fb"),

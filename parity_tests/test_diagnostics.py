@@ -31,7 +31,7 @@ def _hand_set_o2(thetas, bias, alpha, gamma):
 def _angles_by_hand(tokens, thetas, bias, alpha, gamma):
     """Per sequence: drives d_t, state terms s_t and step angles ω_t of the planar rotation.
 
-    The algebra basis is orthonormal in Frobenius norm (SPEC §1), so for n = 2, hat(c) has the
+    The algebra basis is orthonormal in Frobenius norm (docs/design.md, Groups), so for n = 2, hat(c) has the
     entries ±c/√2 and exp(hat(c)) turns the plane by the angle c/√2 (one sign for every step, so
     the angle between H_t and H_{t+k} is |Σ ω| either way). H_{t−1}'s diagonal is cos φ_{t−1} twice.
     """

@@ -1,4 +1,4 @@
-"""The group contract (SPEC §1), run against both trees and checked against independent math."""
+"""The group contract (docs/design.md, Groups), run against both trees and checked against independent math."""
 
 import numpy as np
 import pytest
@@ -94,7 +94,7 @@ def algebra_rank(backend, group):
 
 @batch_shapes
 def test_features_are_the_supported_entries_and_carry_the_inner_product(backend, group_case, group, batch_shape, atol):
-    """features(x) against SPEC §2's definition entry by entry, its length, and (the readout's and
+    """features(x) against docs/design.md's (Models) definition entry by entry, its length, and (the readout's and
     the prototype readout's premise) <x, y> = features(x) · features(y) on the group."""
     name, n, block = group_case
     x, y = sample(backend, group, batch_shape, seed=3), sample(backend, group, batch_shape, seed=4)
@@ -107,7 +107,7 @@ def test_features_are_the_supported_entries_and_carry_the_inner_product(backend,
 
 
 def test_num_features_of_the_structured_groups(backend):
-    """SPEC §2: all n² entries (2n² complex) on the dense groups, 2n on T, k·b² on BO."""
+    """docs/design.md (Models): all n² entries (2n² complex) on the dense groups, 2n on T, k·b² on BO."""
     expected = {("O", 5, None): 25, ("SO", 5, None): 25, ("GL", 5, None): 25, ("U", 5, None): 50,
                 ("SU", 5, None): 50, ("T", 5, None): 10, ("BO", 6, 2): 12, ("BO", 6, 3): 18}
     for (name, n, block), count in expected.items():

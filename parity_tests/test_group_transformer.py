@@ -1,4 +1,4 @@
-"""Group-state Transformer (SPEC §3, §4, §8): parity of the two trees, closed forms, causality,
+"""Group-state Transformer (docs/design.md): parity of the two trees, closed forms, causality,
 relative positions, tangent mixing at init, state_dict layout and bad input."""
 
 import json
@@ -76,7 +76,7 @@ def logits_and_states(output):
     return logits, cache.past
 
 
-# --- parity (SPEC §8) --------------------------------------------------------------------------
+# --- parity (docs/design.md, Parity and tolerances) -----------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("mixing", MIXINGS)
@@ -249,7 +249,7 @@ def test_with_feedforward_the_relative_shift_holds_through_the_first_attention(t
     assert np.abs(shifted[:, 2] - states[:, 2] @ rotation).max() > 1e-3  # the feed-forward breaks it
 
 
-# --- tangent mixing at init (SPEC §4) ----------------------------------------------------------
+# --- tangent mixing at init (docs/design.md, Models) ----------------------------------------------
 
 @pytest.mark.parametrize("attention", ATTENTION_NAMES)
 @pytest.mark.parametrize("group", GROUP_NAMES)

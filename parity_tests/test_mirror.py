@@ -1,4 +1,4 @@
-"""The two trees mirror each other file by file and name by name (SPEC §0)."""
+"""The two trees mirror each other file by file and name by name (docs/design.md, Layout)."""
 
 import ast
 import importlib

@@ -1,8 +1,8 @@
-"""mLSTM with an orthogonalized read (SPEC §5): both trees against independent computations.
+"""mLSTM with an orthogonalized read (docs/design.md, Models): both trees against independent computations.
 
 Oracles: the ``xlstm`` package's ``mLSTMLayer`` (and its LayerNorm) for the architecture and the
 plain read; closed forms from an SVD for the Newton–Schulz and polar reads; the NumPy reference
-for the torch tree (parity, SPEC §8, via ``parity_tests.harness``).
+for the torch tree (parity, docs/design.md (Parity and tolerances), via ``parity_tests.harness``).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_language_model_matches_xlstm_components():
     assert relative_error(actual, expected.numpy()) <= XLSTM_ORACLE["float64"]
 
 
-# --- parity: reference vs torch (SPEC §8) ---------------------------------------------------------
+# --- parity: reference vs torch (docs/design.md, Parity and tolerances) ---------------------------
 
 READ_CASES = {
     "plain": {"read": "plain"},

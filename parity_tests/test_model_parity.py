@@ -1,4 +1,4 @@
-"""Model parity (SPEC §8) for the group RNN: reference (float64) vs torch (float64 and float32)."""
+"""Model parity (docs/design.md, Parity and tolerances) for the group RNN: reference (float64) vs torch (float64 and float32)."""
 
 import json
 import subprocess

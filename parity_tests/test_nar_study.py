@@ -37,7 +37,7 @@ def test_nar_paper_preset_is_the_spec_protocol():
         (80, 512), (80, 768), (80, 1024), (96, 768), (96, 1024)}
     assert {r.options["lr"] for r in runs} == {3e-4, 1e-3, 3e-3, 1e-2}
     assert all(r.options["steps"] == 2000 and r.options["batch"] == 64 for r in runs)
-    # the post's cosine decay and SPEC §6's constant-rate control, each on every cell and seed
+    # the post's cosine decay and docs/design.md's (Tasks and data) constant-rate control, each on every cell and seed
     cells = {}
     for r in runs:
         cell = (r.options["vocab_size"], r.options["length"], r.options["lr"], r.options["read"], r.options["seed"])

@@ -1,4 +1,4 @@
-"""The noisy in-context recall task (SPEC §6): token ranges, slot structure, targets, accuracy.
+"""The noisy in-context recall task (docs/design.md, Tasks and data): token ranges, slot structure, targets, accuracy.
 
 Structural properties are checked by an independent scan of the generated sequences (plain Python
 over slots); the expected number of scored positions by an exact sum over the binomial law of the
@@ -257,7 +257,7 @@ def test_average_scored_positions_per_sequence(length, exact, spec_about):
     measured = (targets != IGNORE_INDEX).sum(axis=1).mean()
     # Per-sequence sd ≈ 5 (L=512), 9 (L=1024): the mean of 2000 has sd ≤ 0.2; 0.6 is ≥ 3 sd.
     assert abs(measured - expectation) < 0.6
-    # SPEC §6 rounds these to "about 27" and "about 72"; the exact value at L=1024 is 73.3
+    # docs/design.md (Tasks and data) rounds these to "about 27" and "about 72"; the exact value at L=1024 is 73.3
     # (72.3 repeated keys plus the probe), hence the loose bound.
     assert abs(expectation - spec_about) < 1.5
 

@@ -1,4 +1,4 @@
-"""SU.nearest is the closest SU(n) element in Frobenius norm (SPEC §1), in both trees: checked
+"""SU.nearest is the closest SU(n) element in Frobenius norm (docs/design.md, Groups), in both trees: checked
 against brute-force searches that do not use the implementation's solver."""
 
 import functools

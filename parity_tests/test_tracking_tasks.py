@@ -1,4 +1,4 @@
-"""The long-range memory and state-tracking tasks (SPEC §10): copy, bit counts, group words.
+"""The long-range memory and state-tracking tasks (docs/design.md, Tasks and data): copy, bit counts, group words.
 
 Every generator is checked against hand-worked examples and against an independent plain-Python
 construction of the same sequences (loops over tuples, matrix products of permutation matrices,
@@ -47,7 +47,7 @@ def test_curriculum_refuses_bad_input(call, error):
         call()
 
 
-# --- copy ------------------------------------------------------------------------------------------
+# --- copy -----------------------------------------------------------------------------------------
 
 def copy_by_hand(symbols, delay):
     """One sequence of the copy task, built position by position."""
@@ -126,7 +126,7 @@ def test_copy_refuses_bad_input(call, error):
         call()
 
 
-# --- bit counts ------------------------------------------------------------------------------------
+# --- bit counts -----------------------------------------------------------------------------------
 
 def running_count_by_hand(row, modulus):
     count, out = 0, []
@@ -169,7 +169,7 @@ def test_bits_refuse_bad_input(call, error):
         call()
 
 
-# --- group words -----------------------------------------------------------------------------------
+# --- group words ----------------------------------------------------------------------------------
 
 def compose(a, b):
     """(a·b)(i) = a(b(i)) on one-line tuples."""

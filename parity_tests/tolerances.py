@@ -1,6 +1,6 @@
 """Every tolerance of the test suite, stated once.
 
-Parity (SPEC §8) compares torch in ``dtype`` against the float64 reference with relative errors
+Parity (docs/design.md, Parity and tolerances) compares torch in ``dtype`` against the float64 reference with relative errors
 max|a − b| / max|b|.
 """
 
@@ -67,7 +67,7 @@ STABILITY_ATOL = 1e-11
 # step a smooth function of the gradient (error ≲ lr·δg/eps).
 ADAM_EPS = {"float64": 1e-8, "float32": 1e-2}
 
-# --- mLSTM (SPEC §5) ---------------------------------------------------------------------------
+# --- mLSTM (docs/design.md, Models) ---------------------------------------------------------------
 
 # Our torch layer (read="plain") vs the xlstm package's mLSTMLayer loaded with the same weights,
 # relative, on outputs and on parameter gradients. Measured: ≈ 5e-16 (float64), ≈ 2e-7 (float32).
@@ -97,7 +97,7 @@ READ_CLOSED_FORM_ATOL = {"float64": 1e-12, "float32": 2e-5}
 # worst gradient error was 2.1e-5.
 GRADIENT_FLOOR = {"float64": 0.0, "float32": 1e-2}
 
-# --- training runs ---------------------------------------------------------------------------------
+# --- training runs --------------------------------------------------------------------------------
 
 # A resumed run continues from exactly the saved state (model, optimizer moments and step counts,
 # schedule, data generators) and computes the same operations in the same order, so its metrics

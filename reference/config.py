@@ -129,13 +129,13 @@ class _GroupState:
 
     @property
     def state_features(self):
-        """len(features(H)) (SPEC §2): the real numbers the state maps and the readout read."""
+        """len(features(H)) (docs/design.md, Models): the real numbers the state maps and the readout read."""
         return self.state_group.num_features
 
 
 @dataclass(frozen=True)
 class GroupRNNConfig(_GroupState):
-    """Group-state RNN language model (SPEC §2).
+    """Group-state RNN language model (docs/design.md, Models).
 
     Attributes:
         vocab_size: number of token ids V; inputs must lie in [0, V).
@@ -146,7 +146,7 @@ class GroupRNNConfig(_GroupState):
         readout: ``linear`` (R·features(H) + c) or ``prototype`` (τ·Re tr(H^H P_v)).
         recurrent: include the state term U(H_{t-1}) in the update.
         reproject_every: apply ``nearest`` to the state every k steps (None: never).
-        mixing: tangent-space mixing of A_t (SPEC §4): ``none``, ``scalar`` or ``lowrank``.
+        mixing: tangent-space mixing of A_t (docs/design.md, Models): ``none``, ``scalar`` or ``lowrank``.
         mixing_rank: rank r of ``lowrank`` mixing (required there, None otherwise).
         recurrence: how the torch model runs the loop over time (the reference has one plain
             loop; all three compute the same function): ``fused`` (default; one autograd node
@@ -213,7 +213,7 @@ def rnn_layer_config(input_size, group, n, **cell_options):
     return GroupRNNConfig(vocab_size=1, group=group, n=n, embedding_dim=input_size, **cell_options)
 
 
-# --- mLSTM (SPEC §5) ---------------------------------------------------------------------------
+# --- mLSTM (docs/design.md, Models) ---------------------------------------------------------------
 
 MLSTM_READS = ("plain", "ns", "polar")
 # Newton–Schulz coefficients (a, b, c) of X ← a X + b (X Xᵀ) X + c (X Xᵀ)² X.
@@ -225,9 +225,9 @@ NS_NORM_FLOOR = 1e-6       # X_0 = C / max(‖C‖_F, NS_NORM_FLOOR)
 
 @dataclass(frozen=True)
 class MLSTMConfig:
-    """mLSTM language model with an optionally orthogonalized read (SPEC §5).
+    """mLSTM language model with an optionally orthogonalized read (docs/design.md, Models).
 
-    The defaults are the SPEC's layer (width 94, 4 heads, inner width 192, head dim 48). The
+    The defaults are the specification's layer (width 94, 4 heads, inner width 192, head dim 48). The
     inner width is ``proj_factor · embedding_dim`` rounded up to a multiple of
     ``round_proj_up_to_multiple_of``, as in ``xlstm``'s ``mLSTMLayerConfig``.
 
@@ -296,7 +296,7 @@ class MLSTMConfig:
         return self.inner_dim // self.num_heads
 
 
-# --- Group-state Transformer (SPEC §3) ---------------------------------------------------------
+# --- Group-state Transformer (docs/design.md, Models) ---------------------------------------------
 
 ATTENTIONS = ("algebra", "similarity")
 FEEDFORWARD_EXPANSION = 4  # default feed-forward width: FEEDFORWARD_EXPANSION · dim g
@@ -304,7 +304,7 @@ FEEDFORWARD_EXPANSION = 4  # default feed-forward width: FEEDFORWARD_EXPANSION �
 
 @dataclass(frozen=True)
 class GroupTransformerConfig(_GroupState):
-    """Group-state Transformer language model (SPEC §3); see ``reference/group_transformer.py``.
+    """Group-state Transformer language model (docs/design.md, Models); see ``reference/group_transformer.py``.
 
     Attributes:
         vocab_size: number of token ids V; inputs must lie in [0, V).
@@ -314,7 +314,7 @@ class GroupTransformerConfig(_GroupState):
         num_layers: L ≥ 1 layers of (attention sublayer, feed-forward sublayer).
         num_heads: h ≥ 1. Heads are full copies, not slices: every head of ``algebra`` attention
             has its own query/key/value maps into all dim g coordinates (the head outputs are
-            summed, SPEC §3), and every head of ``similarity`` attention its own inverse
+            summed, docs/design.md (Models)), and every head of ``similarity`` attention its own inverse
             temperature β_h and step η_h. So any h works for any group (no divisibility).
         attention: ``algebra`` (learned q/k/v in the Lie algebra) or ``similarity`` (scores
             β·Re tr(H_iᴴ H_j), no q/k/v maps).
@@ -322,7 +322,7 @@ class GroupTransformerConfig(_GroupState):
         feedforward_dim: hidden width F of the feed-forward MLP (default FEEDFORWARD_EXPANSION ·
             dim g); must be None when ``feedforward`` is False.
         readout: ``linear`` (R·features(H) + c) or ``prototype`` (τ·Re tr(H^H P_v)).
-        mixing: tangent-space mixing of every sublayer's update (SPEC §4): ``none``, ``scalar``
+        mixing: tangent-space mixing of every sublayer's update (docs/design.md, Models): ``none``, ``scalar``
             or ``lowrank``.
         mixing_rank: rank r of ``lowrank`` mixing (required there, None otherwise).
 

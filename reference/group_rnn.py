@@ -1,4 +1,4 @@
-"""Group-state RNN language model (SPEC §2), the reference: one plain loop over time.
+"""Group-state RNN language model (docs/design.md, Models), the reference: one plain loop over time.
 
 For tokens x_1..x_T with embeddings e_t = E[x_t] ∈ ℝ^F and a learnable H_0 ∈ G:
 
@@ -22,7 +22,7 @@ the reference has this one loop.
 embeddings, outputs features(H_t) and the final state (the torch ``GroupRNNLayer``, a drop-in for
 ``torch.nn.LSTM``).
 
-``features(H)`` (SPEC §2, ``group.features``) stacks the real and, on the complex groups, imaginary
+``features(H)`` (docs/design.md (Models), ``group.features``) stacks the real and, on the complex groups, imaginary
 parts of the entries of H the group allows to be non-zero: all n² on the dense groups, the n
 diagonal entries of T, the k·b² block entries of BO; a map of all n² entries would only add
 weights on entries that are zero on G.

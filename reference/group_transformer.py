@@ -1,9 +1,9 @@
-"""Group-state Transformer language model (SPEC §3), the reference: plain loops over heads and
+"""Group-state Transformer language model (docs/design.md, Models), the reference: plain loops over heads and
 positions.
 
 Every token carries a state H_i ∈ G (an n×n matrix); every sublayer moves it by a group action
 H_i ← H_i · exp(Δ_i) with Δ_i ∈ g, so no state ever leaves G and there is no additive residual.
-With m = group.num_features = len(features(H)) (SPEC §2: the real and, on the complex groups,
+With m = group.num_features = len(features(H)) (docs/design.md, Models: the real and, on the complex groups,
 imaginary parts of the entries the group allows to be non-zero; n² or 2n² on the dense groups,
 2n on T, k·b² on BO), d = dim g, h heads:
 
@@ -14,7 +14,7 @@ Embedding (positions i = position, position + 1, ..., counted from 0):
     exp(i·Ω) with Ω = hat(ω) is a one-parameter subgroup, so positions act relatively: shifting
     every position by k right-multiplies every state by the common element R = exp(k·Ω).
 
-Attention sublayer, ``attention="algebra"`` (SPEC's template), causal (j ≤ i):
+Attention sublayer, ``attention="algebra"`` (the specification's template), causal (j ≤ i):
 
     q_i^h = W_q^h features(H_i),  k_j^h = W_k^h features(H_j),  v_j^h = W_v^h features(H_j)   ∈ ℝ^d
     s_ij^h = <q_i^h, k_j^h> / √d,      α_ij^h = softmax_{j ≤ i}(s_ij^h)
@@ -31,17 +31,17 @@ Feed-forward sublayer (GELU in its exact erf form):
 
 Readout (reference.readouts) of the last states: logits_i = readout(H_i^S).
 
-Decisions where SPEC §3 is silent:
+Decisions where docs/design.md (Models) is silent:
 - Heads are copies, not slices. Each head of ``algebra`` attention maps features(H) to all d
-  coordinates of g (so √d scales its scores) and the head outputs are summed, as SPEC's
+  coordinates of g (so √d scales its scores) and the head outputs are summed, as the specification's
   Δ_i = hat(Σ_heads Σ_j α_ij v_j) reads; each head of ``similarity`` attention has its own
   inverse temperature β_h and step η_h (heads attend at different sharpness; β_h starts at
   random values so that the heads differ). Any number of heads works for any group: nothing has
   to divide anything.
-- q, k, v are linear maps without bias, as SPEC says ("linear maps of realvec(H_i)"). They and
+- q, k, v are linear maps without bias, as the specification says ("linear maps of realvec(H_i)"). They and
   the feed-forward sublayer read features(H_i), which is realvec(H_i) on the dense groups and
   drops only the entries that are zero on G on T and BO: the same function class on G.
-- ``similarity`` uses H_i⁻¹ = ``group.inv(H_i)`` where SPEC writes H_iᴴ: the same on every compact
+- ``similarity`` uses H_i⁻¹ = ``group.inv(H_i)`` where the specification writes H_iᴴ: the same on every compact
   group; on GL it is the true inverse, which keeps Δ_i the left-trivialized direction from H_i
   towards M_i (that of ``group.proj_tangent``), invariant under H → gH on every group. On GL,
   where Π is the identity, Δ_i contains the multiple Σ_h η_h α_ii^h of I (the j = i term), so

@@ -15,7 +15,7 @@ Coordinate order (the torch tree uses the same order):
     BO      block by block, within a block as O(b)
     GL      E_ij row-major
 
-Features (SPEC §2): ``features(x)`` stacks the real and, on the complex groups, imaginary parts
+Features (docs/design.md, Models): ``features(x)`` stacks the real and, on the complex groups, imaginary parts
 of the entries of x that the group allows to be non-zero (its support), row-major:
 
     dense groups (O, SO, U, SU, GL)   all n² entries          num_features n² (2n² complex)
@@ -126,7 +126,7 @@ class Group:
 
     @property
     def dim(self):
-        """Real dimension of the Lie algebra g (SPEC §1 table)."""
+        """Real dimension of the Lie algebra g (docs/design.md, Groups)."""
         raise NotImplementedError
 
     def _support(self):

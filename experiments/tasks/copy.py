@@ -92,7 +92,7 @@ class CopyConfig:
 class Copy(Task):
     """Symbols, blanks, marker in; blanks then the symbols out.
 
-    The copy task (Arjovsky et al. 2016, in expRNN's form; SPEC §10): recall 10 symbols after a delay.
+    The copy task (Arjovsky et al. 2016, in expRNN's form; docs/design.md, Tasks and data): recall 10 symbols after a delay.
 
     Vocabulary of 10 ids: ``BLANK = 0``, the symbols 1–8, ``MARKER = 9``. For a delay ``T`` a sequence
     has length ``T + 20``:

@@ -77,7 +77,7 @@ class CountingConfig(LengthsConfig):
 class Counting(LengthGeneralizationTask):
     """Bits in, (running count mod m) out at every position.
 
-    Running counts of a bit stream (SPEC §10): parity (mod 2) and counting mod 3.
+    Running counts of a bit stream (docs/design.md, Tasks and data): parity (mod 2) and counting mod 3.
 
     Inputs are uniform bits b_1 … b_L ∈ {0, 1}; the target at every position t is the running count
     (b_1 + … + b_t) mod m, with m = 2 for parity and m = 3 for counting mod 3. The models see a

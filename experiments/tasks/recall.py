@@ -351,7 +351,7 @@ class RecallConfig(NoisyRecallConfig):
 class Recall(Task):
     """Noisy recall: ``train_loss`` (nats) in training, ``{split}_accuracy`` in evaluation.
 
-    Noisy in-context recall (``nar``, SPEC §6): MAD's generator, re-implemented in NumPy.
+    Noisy in-context recall (``nar``, docs/design.md (Tasks and data)): MAD's generator, re-implemented in NumPy.
 
     Vocabulary of ``V`` tokens: the top ``num_noise_tokens`` ids are noise; the rest is split into keys
     then values. For ``V=80`` with 16 noise tokens: keys 0–31, values 32–63, noise 64–79.
@@ -390,7 +390,7 @@ class Recall(Task):
     position 10 holds the probe key 0 (target: 7). The first occurrences (positions 0 and 4) are not
     scored: their value cannot be known yet.
 
-    Decisions where SPEC §6 is silent (MAD's ``multi_query=True`` generator is the reading used):
+    Decisions where docs/design.md (Tasks and data) is silent (MAD's ``multi_query=True`` generator is the reading used):
 
     * An odd number ``V - num_noise_tokens`` of non-noise tokens gives the extra token to the values
       (``num_keys = (V - N) // 2``, ``num_values = (V - N) - num_keys``), so every id below ``V`` is
@@ -404,7 +404,7 @@ class Recall(Task):
       ``p = 1 - frac_noise`` and ``M = 1 + Binomial(S - 2, p)`` pairs before the probe, the distinct
       keys number ``K (1 - q^M)`` in expectation (``q = 1 - 1/K``), so
       ``E[scored] = E[M] - K + K q (1 - p/K)^(S-2) + 1``: 27.11 for ``(V, L) = (80, 512)`` and 73.27
-      for ``(80, 1024)`` at ``frac_noise = 0.8`` (SPEC: "about 27" and "about 72").
+      for ``(80, 1024)`` at ``frac_noise = 0.8`` (the specification: "about 27" and "about 72").
     """
 
     Config = RecallConfig

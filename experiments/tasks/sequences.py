@@ -1,4 +1,4 @@
-"""What the long-range memory and state-tracking tasks share (SPEC §10): checks, lengths, curriculum.
+"""What the long-range memory and state-tracking tasks share (docs/design.md, Tasks and data): checks, lengths, curriculum.
 
 Every generator of ``copying``, ``bits`` and ``words`` draws from an explicit
 ``numpy.random.Generator`` and returns NumPy int64 arrays ``inputs: [B, L]``, ``targets: [B, L]``,

@@ -176,7 +176,7 @@ class WordsConfig(LengthsConfig):
 class Words(LengthGeneralizationTask):
     """Element ids in, the id of the left-to-right running product out at every position.
 
-    Word problems on permutation groups (SPEC §10): track the running product of group elements.
+    Word problems on permutation groups (docs/design.md, Tasks and data): track the running product of group elements.
 
     Groups: ``S3`` (6 elements, the smallest non-abelian group), ``A5`` (60, the smallest non-abelian
     simple group; NC¹-complete word problem) and ``S5`` (120).
