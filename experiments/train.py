@@ -186,9 +186,13 @@ def parse_options(model, task, pairs):
 
 
 def resolve_device(device):
-    """``auto`` -> ``cuda`` when available, else ``cpu``; any other device unchanged."""
+    """``auto`` -> ``cuda`` when available, else ``cpu``; any other device unchanged. A CUDA device
+    where torch has none is a ValueError naming ``--device`` (before any work)."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this torch build or machine has no CUDA device "
+                         "(torch.cuda.is_available() is False); use --device cpu or --device auto")
     return device
 
 

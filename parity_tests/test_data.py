@@ -205,6 +205,16 @@ def test_corrupt_download_refused(no_data_dir, data_dir, tmp_path, corrupt):
     assert _cache_files(cache) == []  # nothing written, no temporary left
 
 
+def test_a_failed_download_names_the_data_directory_variable(no_data_dir, tmp_path):
+    """Offline (here: a URL that cannot be opened) the error is one ConnectionError that says how to
+    run without a network, not a raw URLError; nothing is left in the cache."""
+    cache = tmp_path / "cache"
+    with pytest.raises(ConnectionError, match=f"{DATA_DIR_VARIABLE}=DIR") as caught:
+        tinyshakespeare(cache_dir=cache, url=(tmp_path / "absent.txt").as_uri())
+    assert "absent.txt" in str(caught.value) and caught.value.__cause__ is None
+    assert _cache_files(cache) == []
+
+
 def test_corrupt_cached_file_refused(no_data_dir, data_dir, tmp_path):
     cached = tmp_path / "cache" / INPUT
     cached.parent.mkdir(parents=True)

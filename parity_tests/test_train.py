@@ -347,7 +347,14 @@ def test_device_auto_is_resolved_when_the_run_starts(tmp_path, monkeypatch):
     assert config.train.device == "auto"
     train.run(config, tmp_path / "run")
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["device"] == "cpu"
-    assert train.resolve_device("auto") == "cpu" and train.resolve_device("cuda:1") == "cuda:1"
+    assert train.resolve_device("auto") == "cpu" and train.resolve_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="--device cuda:1: .*no CUDA device"):
+        train.resolve_device("cuda:1")  # refused before any work, not an AssertionError deep in torch
+    with pytest.raises(ValueError, match="no CUDA device"):
+        train.run(dataclasses.replace(config, train=dataclasses.replace(config.train, device="cuda")), tmp_path / "r2")
+    assert not (tmp_path / "r2").exists()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert train.resolve_device("cuda:1") == "cuda:1"
 
 
 def test_option_names_are_unambiguous_across_every_model_and_task():

@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -87,6 +88,7 @@ def tinyshakespeare_path(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL
         FileNotFoundError: the data directory lacks the file, or it is not cached and
             ``download=False``.
         ChecksumError: the download's sha256 differs from the published one.
+        ConnectionError: the download failed (no network); the message names ``$GROUPSTATE_DATA_DIR``.
     """
     named = data_dir is not None or bool(os.environ.get(DATA_DIR_VARIABLE))
     if named:
@@ -105,7 +107,12 @@ def tinyshakespeare_path(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL
     if not download:
         raise FileNotFoundError(f"Tiny Shakespeare is not cached at {path} and download=False; set "
                                 f"{DATA_DIR_VARIABLE} to a directory with {RELATIVE_PATH} or allow the download")
-    return download_verified(url, path, TINY_SHAKESPEARE_SHA256)
+    try:
+        return download_verified(url, path, TINY_SHAKESPEARE_SHA256)
+    except urllib.error.URLError as error:
+        raise ConnectionError(
+            f"could not download Tiny Shakespeare from {url} ({error.reason}). Without a network, put "
+            f"char-rnn's input.txt in DIR/{RELATIVE_PATH} and set {DATA_DIR_VARIABLE}=DIR") from None
 
 
 def tinyshakespeare_text(data_dir=None, cache_dir=None, url=TINY_SHAKESPEARE_URL, download=True, verify=True):
