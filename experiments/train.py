@@ -545,12 +545,16 @@ class Run:
         if self.best is not None:
             self.model.load_state_dict(self.best["model"])
         best_step = self.best["step"] if self.best else (None if self.task.selection_key else self.step)
+        final = self.directory / "final.json"
+        timing = {"tokens_per_second": tokens_per_second, "train_seconds": self.train_seconds}
+        if tokens_per_second == 0.0 and final.exists():  # a resume with no step left keeps the run's own timing
+            previous = json.loads(final.read_text())
+            timing = {key: previous.get(key, value) for key, value in timing.items()}
         result = {"steps": self.step, "best_step": best_step,
-                  **self.evaluate("valid"), **self.evaluate("test"),
-                  "tokens_per_second": tokens_per_second, "train_seconds": self.train_seconds,
+                  **self.evaluate("valid"), **self.evaluate("test"), **timing,
                   "parameters": count_parameters(self.model), "drift": group_drift(self.model),
                   **({"stopped": self.stopped} if self.stopped else {})}
-        atomic_write_text(json.dumps(result, indent=2), self.directory / "final.json")
+        atomic_write_text(json.dumps(result, indent=2), final)
         return result
 
 

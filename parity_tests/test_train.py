@@ -264,6 +264,16 @@ def test_a_resume_with_more_steps_trains_on_and_records_it(tmp_path):
     assert json.loads((directory / "final.json").read_text())["steps"] == 6
 
 
+def test_resuming_a_finished_run_keeps_its_final_record(tmp_path):
+    """Nothing is left to train: final.json keeps its metrics and the run's own speed and time
+    (not a rate of 0 tokens/s from a process that trained nothing)."""
+    directory = short_run(tmp_path / "run")
+    before = json.loads((directory / "final.json").read_text())
+    assert before["tokens_per_second"] > 0
+    assert train.main(["--resume", str(directory)]) == 0
+    assert json.loads((directory / "final.json").read_text()) == before
+
+
 def test_a_run_directory_in_use_is_refused(tmp_path):
     """Another process holds the directory's lock (as a training process does): a resume is refused
     before it writes anything; once that process is gone, the resume runs."""
