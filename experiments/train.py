@@ -623,7 +623,7 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="python -m experiments.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=sorted(MODEL_CONFIGS))
     parser.add_argument("--task", default=None, help="default: lm")
-    parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<model>-<task>-seed<seed>")
+    parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<model>-<task>-seed<seed>, or runs/<SWEEP>/<RUN> for --preset SWEEP/RUN")
     parser.add_argument("--resume", type=Path, default=None, help="continue the run in this directory")
     parser.add_argument("--preset", default=None, help="SWEEP/RUN: one training run of a sweep preset or file")
     return parser
@@ -717,9 +717,12 @@ def main(argv=None):
     """
     argv = sys.argv[1:] if argv is None else argv
     args, rest = build_parser().parse_known_args(argv)
+    default_directory = None
     if args.preset is not None:
         if args.model or args.resume:
             build_parser().error("--preset replaces --model and --task, and cannot resume")
+        sweep, _, name = args.preset.rpartition("/")
+        default_directory = Path("runs") / (Path(sweep).stem if sweep.endswith(".py") else sweep) / name
         argv = [*preset_argv(args.preset), *[a for a in argv if a not in ("--preset", args.preset)]]
         args, rest = build_parser().parse_known_args(argv)
     if args.resume is not None:
@@ -734,7 +737,7 @@ def main(argv=None):
             build_parser().error("--model is required (or --resume DIR)")
         args.task = args.task or "lm"
         config = build_config(args.model, args.task, parse_options(args.model, args.task, rest))
-        directory = args.run_dir or Path("runs") / f"{args.model}-{args.task}-seed{config.train.seed}"
+        directory = args.run_dir or default_directory or Path("runs") / f"{args.model}-{args.task}-seed{config.train.seed}"
         if (directory / "checkpoint.pt").exists():
             raise ValueError(f"{directory} already holds a run; continue it with --resume {directory}")
     print(json.dumps(run(config, directory, argv)))

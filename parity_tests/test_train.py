@@ -142,6 +142,19 @@ def _lr(argv):
     return float(argv[argv.index("--lr") + 1])
 
 
+def test_a_preset_run_defaults_to_its_own_directory(tmp_path, monkeypatch):
+    """Without --run-dir a preset run goes to runs/<SWEEP>/<RUN>, beside (not into) the
+    runs/<model>-<task>-seed<seed> of a plain run of the same model and seed."""
+    monkeypatch.chdir(tmp_path)
+    small = ["--steps", "2", "--warmup", "1", "--batch", "2", "--length", "8", "--eval-every", "2",
+             "--eval-tokens", "40", "--checkpoint-every", "2"]
+    assert train.main(["--model", "lstm", "--dataset", "ptb_char", "--hidden-size", "4", "--seed", "1", *small]) == 0
+    assert train.main(["--preset", "charlm-ptb/lstm-seed1", *small]) == 0
+    assert (tmp_path / "runs" / "lstm-lm-seed1" / "final.json").exists()
+    config = json.loads((tmp_path / "runs" / "charlm-ptb" / "lstm-seed1" / "config.json").read_text())
+    assert config["model"]["hidden_size"] != 4 and config["train"]["seed"] == 1
+
+
 def test_a_tuned_presets_run_takes_its_arms_chosen_rate_once_chosen(tmp_path):
     sweep = tmp_path / "tuned.py"
     sweep.write_text(TUNED_PRESET.format(out=str(tmp_path / "out")))
