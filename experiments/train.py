@@ -629,14 +629,26 @@ def build_parser():
     return parser
 
 
+def preset_parts(preset):
+    """``SWEEP/RUN`` -> ``(SWEEP, RUN)``; a ValueError for any other form."""
+    sweep, _, name = preset.rpartition("/")
+    if not sweep or not name:
+        raise ValueError(f"--preset takes SWEEP/RUN (for example charlm-ptb/rnn-O-seed0), got {preset!r}")
+    return sweep, name
+
+
+def preset_run_dir(preset):
+    """The default directory of a preset run: ``runs/<SWEEP>/<RUN>`` (a sweep file by its stem)."""
+    sweep, name = preset_parts(preset)
+    return Path("runs") / (Path(sweep).stem if sweep.endswith(".py") else sweep) / name
+
+
 def preset_argv(preset):
     """``--model M --task T --key value ...`` of run RUN in ``SWEEP/RUN`` (a preset, module or sweep file).
 
     A sweep that tunes its rates (``TUNING``) and has chosen them (``chosen_rates.json`` in its ``OUT``)
     gives the run its arm's chosen rate, as the sweep trained it; before the choice, the placeholder."""
-    sweep, _, name = preset.rpartition("/")
-    if not sweep or not name:
-        raise ValueError(f"--preset takes SWEEP/RUN (for example charlm-ptb/rnn-O-seed0), got {preset!r}")
+    sweep, name = preset_parts(preset)
     loaded = load_sweep(sweep)
     runs = {run.name: run for run in loaded.runs}
     if name not in runs:
@@ -721,9 +733,8 @@ def main(argv=None):
     if args.preset is not None:
         if args.model or args.resume:
             build_parser().error("--preset replaces --model and --task, and cannot resume")
-        sweep, _, name = args.preset.rpartition("/")
-        default_directory = Path("runs") / (Path(sweep).stem if sweep.endswith(".py") else sweep) / name
         argv = [*preset_argv(args.preset), *[a for a in argv if a not in ("--preset", args.preset)]]
+        default_directory = preset_run_dir(args.preset)
         args, rest = build_parser().parse_known_args(argv)
     if args.resume is not None:
         if args.model or args.task or args.run_dir:
