@@ -18,6 +18,7 @@ from torch import nn
 
 from experiments.positions import POSITIONS, alibi_mask, rotate
 from manifold_impl.validation import check_cache, check_tokens
+from reference.config import model_config
 
 GPT_INIT_STD = 0.02
 GPT_MLP_RATIO = 4
@@ -187,7 +188,8 @@ class _BaselineLM(nn.Module):
     """A language model of this module, built from its config.
 
     Args:
-        config: an instance of the subclass's ``config_class``.
+        config: an instance of the subclass's ``config_class``, or none and its fields as keywords
+            (``LSTMLanguageModel(vocab_size=65, hidden_size=128)``).
         device, dtype: where and in which real floating dtype to keep the parameters.
         generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
 
@@ -230,12 +232,10 @@ class _BaselineLM(nn.Module):
 
     config_class = None
 
-    def __init__(self, config, device=None, dtype=None, generator=None):
+    def __init__(self, config=None, device=None, dtype=None, generator=None, **fields):
         super().__init__()
-        if not isinstance(config, self.config_class):
-            raise TypeError(f"config must be a {self.config_class.__name__} instance, got {type(config).__name__}")
+        self.config = config = model_config(self.config_class, config, fields)
         _check_dtype(dtype)
-        self.config = config
         self._build(config, {"device": device, "dtype": dtype})
         self.reset_parameters(generator)
 

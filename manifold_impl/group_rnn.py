@@ -38,7 +38,7 @@ from manifold_impl.manifolds import check_group_state_dict, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_cache, check_state, check_tokens
-from reference.config import rnn_layer_config
+from reference.config import GroupRNNConfig, model_config, rnn_layer_config, rnn_layer_repr
 
 
 RECURRENT_GAIN = 0.05  # mirror of reference.group_rnn.RECURRENT_GAIN
@@ -433,15 +433,16 @@ class GroupRNN(nn.Module):
     """Group-state RNN LM: embedding -> GroupRNNCell -> readout.
 
     Args:
-        config: a ``reference.config.GroupRNNConfig``.
+        config: a ``reference.config.GroupRNNConfig``, or none and its fields as keywords
+            (``reference.config.model_config``).
         device, dtype: where and in which real precision to keep the parameters (complex groups
             hold their group-valued parameters in the matching complex dtype).
         generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
     """
 
-    def __init__(self, config, device=None, dtype=None, generator=None):
+    def __init__(self, config=None, device=None, dtype=None, generator=None, **fields):
         super().__init__()
-        self.config = config
+        self.config = config = model_config(GroupRNNConfig, config, fields)
         self.group = get_group(config.group, config.n, config.block)
         factory = {"device": device, "dtype": dtype}
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_dim, **factory)
@@ -499,13 +500,8 @@ class GroupRNNLayer(nn.Module):
         batch_first: inputs and outputs ``[B, T, ·]`` instead of ``[T, B, ·]``, as in nn.LSTM.
         device, dtype, generator: where, in which real precision, and from which seed.
 
-    ``forward(input, state=None)`` takes ``input: [T, B, F]`` (``[B, T, F]`` if batch_first, or
-    unbatched ``[T, F]``) and an optional initial state ``[B, n, n]`` (unbatched ``[n, n]``; default
-    H_0), and returns ``(output, state)``: ``output: [T, B, output_size]`` (``[B, T, ·]``,
-    unbatched ``[T, ·]``) and the final state H_T — where nn.LSTM returns ``(output, (h_n, c_n))``.
-    H_T is settled (``GroupRNNCell.settle``): moved back onto the group where the rounding of a
-    long float32 call has taken it past half the membership tolerance, so the layer always accepts
-    the state it returned; ``reproject_every`` bounds the drift of the states inside a call.
+    ``forward(input, state=None) -> (output, state)`` as nn.LSTM's, with one group element H for
+    the state where nn.LSTM has ``(h, c)`` (see ``forward``).
 
     Long sequences. The product H_{t-1} X_t is an isometry, so an input-driven layer's gradients
     grow at most linearly in T; the recurrent term U features(H_{t-1}) feeds every state back into
@@ -543,10 +539,33 @@ class GroupRNNLayer(nn.Module):
         """m: the length of each output (features(H_t))."""
         return self.config.state_features
 
+    def extra_repr(self):
+        return rnn_layer_repr(self.config, self.batch_first)
+
     def forward(self, input, state=None):
+        """Run the layer over a batch of sequences.
+
+        Args:
+            input: ``[T, B, F]`` (``[B, T, F]`` if batch_first, unbatched ``[T, F]``), a tensor of the
+                layer's dtype, F = ``input_size``.
+            state: the initial state H, one tensor ``[B, n, n]`` on the group (unbatched ``[n, n]``),
+                e.g. the state an earlier call returned; None: the learned H_0. There is no ``(h, c)``
+                pair as in nn.LSTM.
+
+        Returns:
+            ``(output, state)``: ``output: [T, B, m]`` (``[B, T, m]`` if batch_first, unbatched
+            ``[T, m]``), the features y_t = features(H_t) of every step, m = ``output_size``; and the
+            final state H_T ``[B, n, n]`` (unbatched ``[n, n]``). H_T is settled
+            (``GroupRNNCell.settle``): moved back onto the group where the rounding of a long float32
+            call has taken it past half the membership tolerance, so the layer always accepts the
+            state it returned; ``reproject_every`` bounds the drift of the states inside a call.
+        """
         dtype = self.cell.input_map.weight.dtype
-        if not isinstance(input, torch.Tensor) or input.dtype != dtype:
-            raise TypeError(f"input must be a {dtype} tensor, got {getattr(input, 'dtype', type(input).__name__)}")
+        if not isinstance(input, torch.Tensor):
+            raise TypeError(f"input must be a torch.Tensor, got {type(input).__module__}.{type(input).__name__}; "
+                            f"convert it with torch.as_tensor(input, dtype={dtype})")
+        if input.dtype != dtype:
+            raise TypeError(f"input must have the layer's dtype {dtype}, got {input.dtype}; cast it with input.to({dtype})")
         if input.dim() not in (2, 3) or input.shape[-1] != self.input_size or 0 in input.shape:
             raise ValueError(f"input must have shape [T, B, {self.input_size}] ([B, T, ·] if batch_first) or "
                              f"[T, {self.input_size}] with T, B ≥ 1, got {tuple(input.shape)}")

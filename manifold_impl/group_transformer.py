@@ -25,6 +25,7 @@ from manifold_impl.manifolds import check_group_state_dict, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_cache, check_tokens
+from reference.config import GroupTransformerConfig, model_config
 
 
 def position_scale(group):
@@ -218,15 +219,16 @@ class GroupTransformer(nn.Module):
     """Group-state Transformer LM: group-valued embedding -> layers -> readout.
 
     Args:
-        config: a ``reference.config.GroupTransformerConfig``.
+        config: a ``reference.config.GroupTransformerConfig``, or none and its fields as keywords
+            (``reference.config.model_config``).
         device, dtype: where and in which real precision to keep the parameters (complex groups
             hold their group-valued parameters in the matching complex dtype).
         generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
     """
 
-    def __init__(self, config, device=None, dtype=None, generator=None):
+    def __init__(self, config=None, device=None, dtype=None, generator=None, **fields):
         super().__init__()
-        self.config = config
+        self.config = config = model_config(GroupTransformerConfig, config, fields)
         self.group = get_group(config.group, config.n, config.block)
         factory = {"device": device, "dtype": dtype}
         self.embedding = GroupEmbedding(config, self.group, **factory)

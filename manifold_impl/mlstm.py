@@ -37,7 +37,8 @@ import torch.utils.checkpoint
 from torch import nn
 
 from manifold_impl.validation import check_cache, check_tokens
-from reference.config import MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR
+from reference.config import (MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR, MLSTMConfig,
+                              model_config)
 
 # Positions per chunk when ``chunk_size="auto"``: the plain read never materializes C_t, so long
 # chunks are cheap; the ns/polar reads hold [B, H, chunk, P, P] memories and their Newton–Schulz
@@ -362,7 +363,8 @@ class MLSTM(nn.Module):
     """mLSTM LM: embedding -> x + layer(LN(x)) -> LN -> Linear head with bias.
 
     Args:
-        config: a ``reference.config.MLSTMConfig``.
+        config: a ``reference.config.MLSTMConfig``, or none and its fields as keywords
+            (``reference.config.model_config``).
         device, dtype: where and in which precision to keep the parameters.
         generator: ``torch.Generator`` for the initialization (default: torch's global RNG).
         chunk_size: positions per chunk of the cell (None: one chunk; "auto": by read, see
@@ -370,10 +372,10 @@ class MLSTM(nn.Module):
         checkpoint: recompute the ``ns``/``polar`` chunks in the backward pass (saves memory).
     """
 
-    def __init__(self, config, device=None, dtype=None, generator=None, chunk_size="auto",
-                 checkpoint=True):
+    def __init__(self, config=None, device=None, dtype=None, generator=None, chunk_size="auto",
+                 checkpoint=True, **fields):
         super().__init__()
-        self.config = config
+        self.config = config = model_config(MLSTMConfig, config, fields)
         factory = {"device": device, "dtype": dtype}
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_dim, **factory)
         self.norm = LayerNorm(config.embedding_dim, **factory)

@@ -40,12 +40,15 @@ def check_state(group, state, batch, dtype):
         ValueError: another shape, or off the group (a state on it only to float32 precision, as a
             float32 state cast to float64 is, is named as such, with the remedy).
     """
+    shape = (batch, group.n, group.n)
+    if isinstance(state, (tuple, list)):
+        raise TypeError(f"state must be one tensor, the group element H of shape {shape}, not a {type(state).__name__}: "
+                        "a group RNN has no LSTM-style (h, c) pair; pass the state an earlier call returned")
     if not isinstance(state, torch.Tensor):
         raise TypeError(f"state must be a torch.Tensor, got {type(state).__name__}")
     if state.dtype != dtype:
         raise TypeError(f"state must have the model's state dtype {dtype}, got {state.dtype}; "
                         f"cast it with state.to({dtype})")
-    shape = (batch, group.n, group.n)
     if tuple(state.shape) != shape:
         raise ValueError(f"state must have shape {shape}, got {tuple(state.shape)}")
     ok, reason = group.is_member(state, explain=True)

@@ -68,7 +68,10 @@ def test_layer_follows_the_lstm_conventions():
 
 @pytest.mark.parametrize("call, error, match", [
     (lambda layer: layer(torch.zeros(5, 2, 3)), TypeError, "torch.float64"),
-    (lambda layer: layer(np.zeros((5, 2, 3))), TypeError, "torch.float64"),
+    (lambda layer: layer(np.zeros((5, 2, 3))), TypeError, r"torch.Tensor, got numpy.ndarray; convert it with "
+     r"torch.as_tensor\(input, dtype=torch.float64\)"),
+    (lambda layer: layer(torch.zeros(5, 2, 3, dtype=torch.float64), (torch.zeros(2, 3), torch.zeros(2, 3))),
+     TypeError, r"one tensor.*no LSTM-style \(h, c\) pair"),
     (lambda layer: layer(torch.zeros(5, 2, 4, dtype=torch.float64)), ValueError, "shape"),
     (lambda layer: layer(torch.zeros(5, dtype=torch.float64)), ValueError, "shape"),
     (lambda layer: layer(torch.zeros(0, 2, 3, dtype=torch.float64)), ValueError, "T, B ≥ 1"),
@@ -90,3 +93,15 @@ def test_bad_options_are_refused():
         GroupRNNLayer(3, "O", 4, batch_first=1)
     with pytest.raises(ValueError, match="recurrent=False"):
         GroupRNNLayer(3, "O", 4, recurrence="scan")
+    for layer in (GroupRNNLayer, ReferenceGroupRNNLayer):
+        with pytest.raises(ValueError, match="input_size must be at least 1, got 0"):
+            layer(0, "O", 4)
+
+
+def test_layer_prints_its_group_and_options_as_nn_lstm_does():
+    layer = GroupRNNLayer(3, "BO", 6, block=3, recurrent=False, batch_first=True)
+    head = "3, group='BO', n=6, block=3, recurrent=False, batch_first=True"
+    assert repr(layer).splitlines()[:2] == ["GroupRNNLayer(", f"  {head}"]
+    assert repr(ReferenceGroupRNNLayer(3, "BO", 6, block=3, recurrent=False, batch_first=True)) == f"GroupRNNLayer({head})"
+    assert repr(GroupRNNLayer(10, "SO", 6)).splitlines()[1] == "  10, group='SO', n=6"
+    assert "Returns" in GroupRNNLayer.forward.__doc__ and "[T, B, F]" in GroupRNNLayer.forward.__doc__

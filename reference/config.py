@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import dataclasses
 from dataclasses import dataclass
 
 from reference.groups import GROUPS, get_group
@@ -39,6 +40,30 @@ def _require_int(name, value, minimum):
 def _require_choice(name, value, choices):
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; choose one of {list(choices)}")
+
+
+def model_config(config_class, config=None, fields=None):
+    """The config a model is built from: ``config`` itself, or a ``config_class`` made of the keyword
+    ``fields`` (``GroupRNN(vocab_size=65, group="SO", n=8)`` as ``nn.LSTM(10, 20)`` takes its sizes);
+    never both. Unknown keywords are a ``TypeError`` listing the fields."""
+    fields = fields or {}
+    if config is not None:
+        if fields:
+            raise TypeError(f"give either a {config_class.__name__} or its fields as keywords, not both "
+                            f"(got a config and {sorted(fields)})")
+        if not isinstance(config, config_class):
+            raise TypeError(f"config must be a {config_class.__name__}, got {type(config).__name__}")
+        return config
+    known = [field.name for field in dataclasses.fields(config_class)]
+    unknown = sorted(set(fields) - set(known))
+    if unknown:
+        raise TypeError(f"unknown option {unknown[0]!r}; the options are the fields of "
+                        f"{config_class.__name__}: {', '.join(known)}")
+    missing = [field.name for field in dataclasses.fields(config_class) if field.name not in fields
+               and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING]
+    if missing:
+        raise TypeError(f"missing option {missing[0]!r}: {config_class.__name__} has no default for it")
+    return config_class(**fields)
 
 
 def _validate_group_fields(config):
@@ -210,7 +235,22 @@ def rnn_layer_config(input_size, group, n, **cell_options):
     ``input_size`` takes the place of ``embedding_dim``; a layer has no vocabulary, and
     ``vocab_size=1`` is a placeholder that no part of the cell reads.
     """
+    _require_int("input_size", input_size, 1)
     return GroupRNNConfig(vocab_size=1, group=group, n=n, embedding_dim=input_size, **cell_options)
+
+
+LAYER_OPTIONS = ("block", "recurrent", "reproject_every", "mixing", "mixing_rank", "recurrence", "keep_state_every",
+                 "truncate_every", "update_bound")  # the cell's fields a GroupRNNLayer takes as keywords
+
+
+def rnn_layer_repr(config, batch_first):
+    """What a ``GroupRNNLayer`` prints, as ``nn.LSTM`` does: ``10, group='SO', n=6`` and every option
+    that differs from its default."""
+    defaults = {field.name: field.default for field in dataclasses.fields(GroupRNNConfig)}
+    options = [f"{name}={getattr(config, name)!r}" for name in LAYER_OPTIONS
+               if getattr(config, name) != defaults[name]]
+    return ", ".join([f"{config.embedding_dim}, group={config.group!r}, n={config.n}", *options]
+                     + (["batch_first=True"] if batch_first else []))
 
 
 # --- mLSTM (docs/design.md, Models) ---------------------------------------------------------------

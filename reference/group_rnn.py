@@ -52,7 +52,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
 
-from reference.config import rnn_layer_config
+from reference.config import GroupRNNConfig, model_config, rnn_layer_config, rnn_layer_repr
 from reference.groups import get_group
 from reference.linalg import dagger
 from reference.mixing import TangentMixing
@@ -276,8 +276,8 @@ class GroupRNNCache(NamedTuple):
 class GroupRNN(SpecModel):
     """Reference group-state RNN LM. Functions of a parameter dict (see the module docstring)."""
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self, config=None, **fields):
+        self.config = config = model_config(GroupRNNConfig, config, fields)
         self.group = get_group(config.group, config.n, config.block)
         self.cell = GroupRNNCell(config, self.group)
         self.readout = READOUTS[config.readout](self.group, config.vocab_size)
@@ -367,6 +367,9 @@ class GroupRNNLayer(SpecModel):
     def output_size(self):
         """m: the length of each output y_t."""
         return self.config.state_features
+
+    def __repr__(self):
+        return f"GroupRNNLayer({rnn_layer_repr(self.config, self.batch_first)})"
 
     def param_spec(self):
         return prefixed("cell.", self.cell.param_spec())

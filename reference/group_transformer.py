@@ -108,6 +108,7 @@ import numpy as np
 from autograd.scipy.special import erf, logsumexp
 from autograd.tracer import getval
 
+from reference.config import GroupTransformerConfig, model_config
 from reference.group_rnn import drive_scale
 from reference.groups import get_group
 from reference.linalg import frobenius_inner
@@ -335,8 +336,8 @@ class GroupTransformerCache(NamedTuple):
 class GroupTransformer(SpecModel):
     """Reference group-state Transformer LM. Functions of a parameter dict (module docstring)."""
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self, config=None, **fields):
+        self.config = config = model_config(GroupTransformerConfig, config, fields)
         self.group = get_group(config.group, config.n, config.block)
         self.embedding = GroupEmbedding(config, self.group)
         self.layers = [GroupTransformerLayer(config, self.group) for _ in range(config.num_layers)]

@@ -91,7 +91,8 @@ import numpy as np
 from autograd.extend import defvjp, primitive
 from autograd.tracer import getval
 
-from reference.config import MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR
+from reference.config import (MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR, MLSTMConfig,
+                              model_config)
 from reference.params import ParamSpec, SpecModel, prefixed, sub_params
 from reference.validation import check_cache, check_tokens
 
@@ -406,8 +407,8 @@ class MLSTMLayer:
 class MLSTM(SpecModel):
     """Reference mLSTM LM. Functions of a parameter dict (see the module docstring)."""
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self, config=None, **fields):
+        self.config = config = model_config(MLSTMConfig, config, fields)
         self.norm = LayerNorm(config.embedding_dim)
         self.layer = MLSTMLayer(config)
         self.post_norm = LayerNorm(config.embedding_dim)

@@ -31,6 +31,9 @@ def check_tokens(tokens, vocab_size):
 def check_state(group, state, batch):
     """Validate an initial state ``state: [batch, n, n]`` on ``group``."""
     shape = (batch, group.n, group.n)
+    if isinstance(state, (tuple, list)):
+        raise TypeError(f"state must be one array, the group element H of shape {shape}, not a {type(state).__name__}: "
+                        "a group RNN has no LSTM-style (h, c) pair; pass the state an earlier call returned")
     if np.shape(state) != shape:
         raise ValueError(f"state must have shape {shape}, got {np.shape(state)}")
     ok, reason = group.is_member(state, explain=True)
