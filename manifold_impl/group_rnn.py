@@ -1,9 +1,9 @@
 """Group-state RNN language model in torch; mirror of ``reference/group_rnn.py`` (math there).
 
-Batched over sequences; runs on any device and dtype given at construction. The input drive
-d_t = W e_t + b is one matmul for all t; the loop over time then runs one of three ways
-(``config.recurrence``), each one function of (cell, drive, H_0, position), all computing the same
-states:
+Batched over sequences; runs on any device, in float32 or float64 (given at construction or by a
+cast, ``manifolds.GroupModule``). The input drive d_t = W e_t + b is one matmul for all t; the loop
+over time then runs one of three ways (``config.recurrence``), each one function of (cell, drive,
+H_0, position), all computing the same states:
 
 - ``fused`` (default, ``_fused``): the whole loop is one autograd node (``_FusedRecurrence``) whose
   forward builds no graph and whose backward is one reverse loop of written-out step VJPs, with U's
@@ -34,7 +34,7 @@ from torch import nn
 
 from manifold_impl.groups import get_group
 from manifold_impl.linalg import dagger
-from manifold_impl.manifolds import check_group_state_dict, group_parameter
+from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_precision, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_cache, check_state, check_tokens
@@ -94,7 +94,7 @@ def fit_input_map(embedding, weight, targets):
     return fitted, (scale * right[:rank].T * root) @ frame.T
 
 
-class GroupRNNCell(nn.Module):
+class GroupRNNCell(GroupModule):
     """H_t = H_{t-1} · exp(hat(bound(mix(W e_t + U features(H_{t-1}) + b))))."""
 
     def __init__(self, config, group, device=None, dtype=None):
@@ -429,7 +429,7 @@ class GroupRNNCache(NamedTuple):
         return None if self.packed_states is None else self.group.unpack(self.packed_states)
 
 
-class GroupRNN(nn.Module):
+class GroupRNN(GroupModule):
     """Group-state RNN LM: embedding -> GroupRNNCell -> readout.
 
     Args:
@@ -443,6 +443,7 @@ class GroupRNN(nn.Module):
     def __init__(self, config=None, device=None, dtype=None, generator=None, **fields):
         super().__init__()
         self.config = config = model_config(GroupRNNConfig, config, fields)
+        check_precision(dtype, "GroupRNN")
         self.group = get_group(config.group, config.n, config.block)
         factory = {"device": device, "dtype": dtype}
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_dim, **factory)
@@ -486,7 +487,7 @@ class GroupRNN(nn.Module):
         return logits, GroupRNNCache(final, position + tokens.shape[1], packed, self.group)
 
 
-class GroupRNNLayer(nn.Module):
+class GroupRNNLayer(GroupModule):
     """A group RNN as a drop-in for ``torch.nn.LSTM`` (mirror of ``reference.group_rnn.GroupRNNLayer``).
 
     H_t = H_{t-1} · exp(hat(bound(mix(W x_t + U features(H_{t-1}) + b)))) from a learnable H_0 ∈ G; the
@@ -525,6 +526,7 @@ class GroupRNNLayer(nn.Module):
                                        truncate_every=truncate_every, update_bound=update_bound)
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
+        check_precision(dtype, "GroupRNNLayer")
         self.batch_first = batch_first
         self.group = get_group(group, n, block)
         self.cell = GroupRNNCell(self.config, self.group, device=device, dtype=dtype)
@@ -565,7 +567,8 @@ class GroupRNNLayer(nn.Module):
             raise TypeError(f"input must be a torch.Tensor, got {type(input).__module__}.{type(input).__name__}; "
                             f"convert it with torch.as_tensor(input, dtype={dtype})")
         if input.dtype != dtype:
-            raise TypeError(f"input must have the layer's dtype {dtype}, got {input.dtype}; cast it with input.to({dtype})")
+            raise TypeError(f"input must have the layer's dtype {dtype}, got {input.dtype}; "
+                            f"cast it with input.to({dtype})")
         if input.dim() not in (2, 3) or input.shape[-1] != self.input_size or 0 in input.shape:
             raise ValueError(f"input must have shape [T, B, {self.input_size}] ([B, T, ·] if batch_first) or "
                              f"[T, {self.input_size}] with T, B ≥ 1, got {tuple(input.shape)}")

@@ -21,7 +21,7 @@ from torch import nn
 from manifold_impl.group_rnn import drive_scale
 from manifold_impl.groups import get_group
 from manifold_impl.linalg import realvec
-from manifold_impl.manifolds import check_group_state_dict, group_parameter
+from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_precision, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_cache, check_tokens
@@ -48,7 +48,7 @@ def _keys(states, past):
     return states if past is None else torch.cat([past, states], dim=1)
 
 
-class GroupEmbedding(nn.Module):
+class GroupEmbedding(GroupModule):
     """H_i⁰ = E_{x_i} · exp(i · hat(ω)). ``tokens: [B, T] -> states [B, T, n, n]``."""
 
     def __init__(self, config, group, device=None, dtype=None):
@@ -215,7 +215,7 @@ class GroupTransformerCache(NamedTuple):
     position: int
 
 
-class GroupTransformer(nn.Module):
+class GroupTransformer(GroupModule):
     """Group-state Transformer LM: group-valued embedding -> layers -> readout.
 
     Args:
@@ -229,6 +229,7 @@ class GroupTransformer(nn.Module):
     def __init__(self, config=None, device=None, dtype=None, generator=None, **fields):
         super().__init__()
         self.config = config = model_config(GroupTransformerConfig, config, fields)
+        check_precision(dtype, "GroupTransformer")
         self.group = get_group(config.group, config.n, config.block)
         factory = {"device": device, "dtype": dtype}
         self.embedding = GroupEmbedding(config, self.group, **factory)

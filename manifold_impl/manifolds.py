@@ -13,7 +13,8 @@ trained by ``geoopt.optim.RiemannianAdam``:
     component_inner = Re(conj(u) ⊙ v)                   (elementwise, real)
     transp(x, y, v) = y Π(x^{-1} v)                     (left translation of the algebra part)
 
-The reference optimizer (reference/optim.py) writes the same math out.
+The reference optimizer (reference/optim.py) writes the same math out. ``GroupModule`` is the
+base of every module holding group-valued parameters: it keeps them complex through casts.
 """
 
 from __future__ import annotations
@@ -88,6 +89,41 @@ class GroupManifold(geoopt.Manifold):
         """Identity matrices of shape ``size``."""
         self._assert_check_shape(size, "x")
         return geoopt.ManifoldTensor(self.group.identity(size[:-2], dtype=dtype, device=device), manifold=self)
+
+
+PRECISIONS = (torch.float32, torch.float64)  # the real precisions the group-state models compute in
+
+
+def check_precision(dtype, owner):
+    """Refuse a real precision other than ``PRECISIONS`` (None: torch's default dtype) for ``owner``."""
+    real = torch.get_default_dtype() if dtype is None else dtype
+    if real not in PRECISIONS:
+        raise TypeError(f"{owner} computes in torch.float32 or torch.float64 (complex groups in the matching complex "
+                        f"dtype), got {real}; for mixed precision run it under torch.autocast instead of casting it")
+
+
+class GroupModule(torch.nn.Module):
+    """An ``nn.Module`` whose casts keep complex parameters complex.
+
+    ``.double()``, ``.float()``, ``.to(dtype)``, ``.to(device)`` and ``.type(...)`` apply torch's
+    cast to the real view of a complex tensor, so U's H_0 in complex64 becomes complex128 under
+    ``.double()`` and ``.to(torch.float64)`` (plain torch keeps it complex64, resp. drops its
+    imaginary part). A cast to another precision (``.half()``, ``.bfloat16()``) or to a complex
+    dtype is refused before anything changes (``check_precision``).
+    """
+
+    def _apply(self, fn, recurse=True):
+        anchor = next(self.parameters(), None)
+        probe = fn(torch.zeros((), device=None if anchor is None else anchor.device))
+        if probe.is_complex():
+            raise TypeError(f"cast {type(self).__name__} with its real precision (e.g. .to(torch.float64)): complex "
+                            f"groups follow it, got {probe.dtype}")
+        if probe.is_floating_point():
+            check_precision(probe.dtype, type(self).__name__)
+
+        def keep_complex(tensor):
+            return torch.view_as_complex(fn(torch.view_as_real(tensor))) if tensor.is_complex() else fn(tensor)
+        return super()._apply(keep_complex, recurse)
 
 
 def group_parameter(value: torch.Tensor, group: Group) -> geoopt.ManifoldParameter:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from manifold_impl.manifolds import group_parameter
+from manifold_impl.manifolds import GroupModule, group_parameter
 
 
 class LinearReadout(nn.Module):
@@ -38,7 +38,7 @@ class LinearReadout(nn.Module):
         return F.linear(features, self.weight, self.bias)
 
 
-class PrototypeReadout(nn.Module):
+class PrototypeReadout(GroupModule):
     """``states: [..., n, n] -> logits: [..., V]``: τ·Re tr(H^H P_v)."""
 
     def __init__(self, group, vocab_size, device=None, dtype=None):

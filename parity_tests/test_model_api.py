@@ -1,4 +1,5 @@
-"""The models as torch users expect them: built from keywords as ``nn.LSTM`` is, or from a config."""
+"""The models as torch users expect them: built from keywords as ``nn.LSTM`` is, or from a config;
+cast with ``.double()``/``.float()``/``.to()`` for every group."""
 
 import pytest
 import torch
@@ -7,10 +8,10 @@ import reference.group_rnn
 import reference.group_transformer
 import reference.mlstm
 from experiments.baselines import GPTConfig, GPTLanguageModel, LSTMConfig, LSTMLanguageModel
-from manifold_impl.group_rnn import GroupRNN
+from manifold_impl.group_rnn import GroupRNN, GroupRNNLayer
 from manifold_impl.group_transformer import GroupTransformer
 from manifold_impl.mlstm import MLSTM
-from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
+from reference.config import GROUP_NAMES, GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
 MODELS = {  # torch model, its reference twin (or None), config class, fields
     "group_rnn": (GroupRNN, reference.group_rnn.GroupRNN, GroupRNNConfig,
@@ -41,7 +42,8 @@ def test_keywords_build_the_model_the_config_builds(name):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_bad_keywords_are_refused_naming_the_option(name):
     model_class, _, config_class, fields = MODELS[name]
-    with pytest.raises(TypeError, match=rf"unknown option 'sizes'; the options are the fields of {config_class.__name__}: vocab_size"):
+    fields_listed = rf"unknown option 'sizes'; the options are the fields of {config_class.__name__}: vocab_size"
+    with pytest.raises(TypeError, match=fields_listed):
         model_class(sizes=3, **fields)
     with pytest.raises(TypeError, match="missing option 'vocab_size'"):
         model_class(**{key: value for key, value in fields.items() if key != "vocab_size"})
@@ -49,3 +51,61 @@ def test_bad_keywords_are_refused_naming_the_option(name):
         model_class(config_class(**fields), vocab_size=9)
     with pytest.raises(TypeError, match=f"config must be a {config_class.__name__}"):
         model_class({"vocab_size": 7})
+
+
+GROUP_MODELS = {  # builds a small model of each group-state kind from (group, dtype), and runs it
+    "layer": (lambda group, **kw: GroupRNNLayer(3, group, 4, **kw),
+              lambda model, dtype: model(torch.linspace(-1, 1, 30, dtype=dtype).reshape(5, 2, 3))[0]),
+    "group_rnn": (lambda group, **kw: GroupRNN(vocab_size=7, group=group, n=4, embedding_dim=3, **kw),
+                  lambda model, dtype: model(torch.arange(10).reshape(2, 5) % 7)[0]),
+    "group_transformer": (lambda group, **kw: GroupTransformer(vocab_size=7, group=group, n=4, num_layers=1,
+                                                               readout="prototype", **kw),
+                          lambda model, dtype: model(torch.arange(10).reshape(2, 5) % 7)[0]),
+}
+TO_FLOAT64 = {
+    "double": lambda model: model.double(),
+    "to(float64)": lambda model: model.to(torch.float64),
+    "to(cpu, dtype=float64)": lambda model: model.to("cpu", dtype=torch.float64),
+    "type(float64)": lambda model: model.type(torch.float64),
+}
+
+
+@pytest.mark.parametrize("cast", list(TO_FLOAT64))
+@pytest.mark.parametrize("kind", list(GROUP_MODELS))
+@pytest.mark.parametrize("group", GROUP_NAMES)
+def test_casting_keeps_complex_parameters_complex_and_the_model_usable(group, kind, cast):
+    build, run = GROUP_MODELS[kind]
+    model = build(group, generator=torch.Generator().manual_seed(0))
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    expected = run(model, torch.float32)
+    TO_FLOAT64[cast](model)
+    for key, value in model.state_dict().items():
+        assert value.is_complex() == before[key].is_complex(), key
+        assert value.dtype == (torch.complex128 if value.is_complex() else torch.float64), key
+        torch.testing.assert_close(value, before[key].to(value.dtype), rtol=0, atol=0)  # float32 -> float64 is exact
+    output = run(model, torch.float64)
+    assert output.dtype == torch.float64
+    torch.testing.assert_close(output, expected.double(), rtol=1e-4, atol=1e-4)
+    model.float()
+    for key, value in model.state_dict().items():
+        assert value.dtype == before[key].dtype, key
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+    torch.testing.assert_close(run(model, torch.float32), expected)
+
+
+@pytest.mark.parametrize("cast, match", [
+    (lambda model: model.half(), "got torch.float16; for mixed precision run it under torch.autocast"),
+    (lambda model: model.bfloat16(), "got torch.bfloat16; for mixed precision"),
+    pytest.param(lambda model: model.to(torch.complex128), r"with its real precision \(e.g. .to\(torch.float64\)\)",
+                 marks=pytest.mark.filterwarnings("ignore:Complex modules")),  # torch's own note on complex dtypes
+])
+@pytest.mark.parametrize("kind", list(GROUP_MODELS))
+def test_unsupported_precisions_are_refused_before_anything_changes(kind, cast, match):
+    build, _ = GROUP_MODELS[kind]
+    model = build("U")
+    dtypes = {key: value.dtype for key, value in model.state_dict().items()}
+    with pytest.raises(TypeError, match=match):
+        cast(model)
+    assert {key: value.dtype for key, value in model.state_dict().items()} == dtypes
+    with pytest.raises(TypeError, match="computes in torch.float32 or torch.float64"):
+        build("U", dtype=torch.bfloat16)
