@@ -474,6 +474,7 @@ class GroupRNN(GroupModule):
     def forward(self, tokens, cache=None):
         """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``GroupRNNCache``); see the reference."""
         tokens = check_tokens(tokens, self.config.vocab_size)
+        self._check_on_groups()
         batch = tokens.shape[0]
         if cache is None:
             state, position = self.cell.initial_state.expand(batch, -1, -1), 0
@@ -503,6 +504,13 @@ class GroupRNNLayer(GroupModule):
 
     ``forward(input, state=None) -> (output, state)`` as nn.LSTM's, with one group element H for
     the state where nn.LSTM has ``(h, c)`` (see ``forward``).
+
+    Training. H_0 is a ``geoopt.ManifoldParameter``: train it with
+    ``manifold_impl.optim.RiemannianAdam`` (the recommended optimizer; geoopt's ``RiemannianSGD``
+    too), which steps along the group and treats the other parameters as ``torch.optim.Adam``
+    does. Any other torch optimizer (AdamW, SGD) moves H_0 off the group; the next forward call
+    then fails naming ``cell.initial_state``, unless each step is followed by
+    ``with torch.no_grad(): layer.cell.initial_state.copy_(layer.group.nearest(layer.cell.initial_state))``.
 
     Long sequences. The product H_{t-1} X_t is an isometry, so an input-driven layer's gradients
     grow at most linearly in T; the recurrent term U features(H_{t-1}) feeds every state back into
@@ -572,6 +580,7 @@ class GroupRNNLayer(GroupModule):
         if input.dim() not in (2, 3) or input.shape[-1] != self.input_size or 0 in input.shape:
             raise ValueError(f"input must have shape [T, B, {self.input_size}] ([B, T, ·] if batch_first) or "
                              f"[T, {self.input_size}] with T, B ≥ 1, got {tuple(input.shape)}")
+        self._check_on_groups()
         batched = input.dim() == 3
         sequences = input if not batched else (input if self.batch_first else input.transpose(0, 1))
         sequences = sequences if batched else sequences[None]  # [B, T, F]

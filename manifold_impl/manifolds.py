@@ -14,7 +14,8 @@ trained by ``geoopt.optim.RiemannianAdam``:
     transp(x, y, v) = y Π(x^{-1} v)                     (left translation of the algebra part)
 
 The reference optimizer (reference/optim.py) writes the same math out. ``GroupModule`` is the
-base of every module holding group-valued parameters: it keeps them complex through casts.
+base of every module holding group-valued parameters: it keeps them complex through casts, and
+its models check once per forward call that no optimizer has moved them off their groups.
 """
 
 from __future__ import annotations
@@ -102,14 +103,23 @@ def check_precision(dtype, owner):
                         f"dtype), got {real}; for mixed precision run it under torch.autocast instead of casting it")
 
 
+def _is_member(param):
+    """Whether a group-valued parameter is on its group (a tensor without data, on meta, counts as on it)."""
+    return param.device.type == "meta" or param.manifold.group.is_member(param.detach())
+
+
 class GroupModule(torch.nn.Module):
-    """An ``nn.Module`` whose casts keep complex parameters complex.
+    """An ``nn.Module`` whose casts keep complex parameters complex, and which can check that its
+    group-valued parameters are still on their groups (``_check_on_groups``).
 
     ``.double()``, ``.float()``, ``.to(dtype)``, ``.to(device)`` and ``.type(...)`` apply torch's
     cast to the real view of a complex tensor, so U's H_0 in complex64 becomes complex128 under
     ``.double()`` and ``.to(torch.float64)`` (plain torch keeps it complex64, resp. drops its
-    imaginary part). A cast to another precision (``.half()``, ``.bfloat16()``) or to a complex
-    dtype is refused before anything changes (``check_precision``).
+    imaginary part). A group-valued parameter on its group before a cast is on it after: a
+    float32 element is a float64 element only to float32 precision, and ``.double()`` moves it
+    onto the group in float64 (``nearest``, a change of ~1e-7). A cast to another precision
+    (``.half()``, ``.bfloat16()``) or to a complex dtype is refused before anything changes
+    (``check_precision``).
     """
 
     def _apply(self, fn, recurse=True):
@@ -123,7 +133,33 @@ class GroupModule(torch.nn.Module):
 
         def keep_complex(tensor):
             return torch.view_as_complex(fn(torch.view_as_real(tensor))) if tensor.is_complex() else fn(tensor)
-        return super()._apply(keep_complex, recurse)
+        on_groups = {name for name, param in self._group_parameters(recurse) if _is_member(param)}
+        super()._apply(keep_complex, recurse)
+        with torch.no_grad():
+            for name, param in self._group_parameters(recurse):
+                if name in on_groups and not _is_member(param):
+                    param.copy_(param.manifold.group.nearest(param))
+        return self
+
+    def _group_parameters(self, recurse=True):
+        return [(name, param) for name, param in self.named_parameters(recurse=recurse)
+                if isinstance(param, geoopt.ManifoldParameter)]
+
+    def _check_on_groups(self):
+        """Raise a ValueError naming the first group-valued parameter that is off its group.
+
+        Only geoopt's Riemannian optimizers keep a ``ManifoldParameter`` on its group; any other
+        torch optimizer (AdamW, SGD, ...) steps it along the ambient gradient and off the group.
+        The models call this once per forward call, never inside the recurrence.
+        """
+        for name, param in self._group_parameters():
+            group = param.manifold.group
+            ok, reason = group.is_member(param.detach(), explain=True)
+            if not ok:
+                raise ValueError(
+                    f"parameter {name!r} is off {group!r} ({reason}): an optimizer that is not Riemannian (AdamW, "
+                    f"SGD, ...) moves it along the ambient gradient. Train with manifold_impl.optim.RiemannianAdam, "
+                    f"or put it back after each step: with torch.no_grad(): param.copy_(model.group.nearest(param))")
 
 
 def group_parameter(value: torch.Tensor, group: Group) -> geoopt.ManifoldParameter:

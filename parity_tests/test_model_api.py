@@ -1,6 +1,8 @@
 """The models as torch users expect them: built from keywords as ``nn.LSTM`` is, or from a config;
-cast with ``.double()``/``.float()``/``.to()`` for every group."""
+cast with ``.double()``/``.float()``/``.to()`` for every group; and never silently off their groups
+under a torch optimizer."""
 
+import geoopt
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from experiments.baselines import GPTConfig, GPTLanguageModel, LSTMConfig, LSTML
 from manifold_impl.group_rnn import GroupRNN, GroupRNNLayer
 from manifold_impl.group_transformer import GroupTransformer
 from manifold_impl.mlstm import MLSTM
+from manifold_impl.optim import RiemannianAdam
 from reference.config import GROUP_NAMES, GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
 MODELS = {  # torch model, its reference twin (or None), config class, fields
@@ -82,14 +85,15 @@ def test_casting_keeps_complex_parameters_complex_and_the_model_usable(group, ki
     for key, value in model.state_dict().items():
         assert value.is_complex() == before[key].is_complex(), key
         assert value.dtype == (torch.complex128 if value.is_complex() else torch.float64), key
-        torch.testing.assert_close(value, before[key].to(value.dtype), rtol=0, atol=0)  # float32 -> float64 is exact
+        torch.testing.assert_close(value, before[key].to(value.dtype), rtol=0, atol=1e-6)  # nearest in float64
+    assert all(model.group.is_member(param.detach()) for _, param in group_parameters(model))  # at float64's atol
     output = run(model, torch.float64)
     assert output.dtype == torch.float64
     torch.testing.assert_close(output, expected.double(), rtol=1e-4, atol=1e-4)
     model.float()
     for key, value in model.state_dict().items():
         assert value.dtype == before[key].dtype, key
-        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+        torch.testing.assert_close(value, before[key])
     torch.testing.assert_close(run(model, torch.float32), expected)
 
 
@@ -109,3 +113,52 @@ def test_unsupported_precisions_are_refused_before_anything_changes(kind, cast, 
     assert {key: value.dtype for key, value in model.state_dict().items()} == dtypes
     with pytest.raises(TypeError, match="computes in torch.float32 or torch.float64"):
         build("U", dtype=torch.bfloat16)
+
+
+def group_parameters(model):
+    return [(name, param) for name, param in model.named_parameters() if isinstance(param, geoopt.ManifoldParameter)]
+
+
+def train(model, optimizer, steps=3, after_step=None):
+    for _ in range(steps):
+        optimizer.zero_grad()
+        GROUP_MODELS[model.kind][1](model, torch.float32).pow(2).mean().backward()
+        optimizer.step()
+        if after_step is not None:
+            after_step()
+
+
+OPTIMIZERS = {"AdamW": lambda params: torch.optim.AdamW(params, lr=1e-2),
+              "SGD": lambda params: torch.optim.SGD(params, lr=1.0, momentum=0.9)}
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+@pytest.mark.parametrize("kind", list(GROUP_MODELS))
+@pytest.mark.parametrize("group", ["SO", "U"])
+def test_a_torch_optimizer_that_leaves_the_group_fails_the_next_forward_naming_the_parameter(group, kind, optimizer):
+    build, run = GROUP_MODELS[kind]
+    model = build(group, generator=torch.Generator().manual_seed(0))
+    model.kind = kind
+    train(model, OPTIMIZERS[optimizer](model.parameters()), steps=1)
+    names = [name for name, param in group_parameters(model) if not model.group.is_member(param.detach())]
+    assert names, "the optimizer did not leave the group: the test shows nothing"
+    with pytest.raises(ValueError, match=rf"parameter '{names[0]}' is off .*manifold_impl.optim.RiemannianAdam.*nearest"):
+        run(model, torch.float32)
+
+    def reproject():  # the remedy the message gives
+        with torch.no_grad():
+            for _, param in group_parameters(model):
+                param.copy_(model.group.nearest(param))
+    reproject()
+    train(model, OPTIMIZERS[optimizer](model.parameters()), after_step=reproject)
+    assert torch.isfinite(run(model, torch.float32)).all()
+
+
+@pytest.mark.parametrize("kind", list(GROUP_MODELS))
+def test_riemannian_adam_keeps_every_group_parameter_on_its_group(kind):
+    build, run = GROUP_MODELS[kind]
+    model = build("U", generator=torch.Generator().manual_seed(0))
+    model.kind = kind
+    train(model, RiemannianAdam(model.parameters(), lr=1e-2), steps=5)
+    assert all(model.group.is_member(param.detach()) for _, param in group_parameters(model))
+    assert torch.isfinite(run(model, torch.float32)).all()
