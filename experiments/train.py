@@ -1,11 +1,10 @@
-"""Train any model on any task: ``python -m experiments.train --model M [--task T] [--key value ...]``.
+"""Train any model on any task, resume a run, or run one training run of a sweep preset.
 
 Every command line, option and output file: ``main``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import errno
 import io
@@ -27,11 +26,12 @@ import torch
 from tqdm import tqdm
 
 from experiments.analysis.diagnostics import DIAGNOSTIC_PREFIXES, dynamics, gradient_norms
+from experiments.cli import OptionError, OptionParser, add_config_options, name_options, refuse
 from experiments.models import MODEL_CONFIGS, build_model
 from experiments.params_budget import count_parameters
 from experiments.provenance import git_revision, write_provenance
 from experiments.sweeps import load_sweep
-from experiments.tasks import task_class
+from experiments.tasks import task_class, task_classes
 from experiments.tuning import with_chosen_rates
 from manifold_impl.group_rnn import GroupRNNCell
 from manifold_impl.losses import cross_entropy
@@ -43,6 +43,8 @@ SCHEDULES = ("constant", "cosine")
 # where the run goes and how often it reports, not what any completed step computed.
 RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device")
 MAP_LRS = ("n_aware", "plain")
+USAGE = "%(prog)s (--model M [--task T] | --preset SWEEP/RUN | --resume DIR) [--option value ...] [-h]"
+RUN_OPTIONS = ("model", "task", "run_dir", "resume", "preset")  # the command line's options that are no config field
 LOCK_FILE = "run.lock"  # held by the process training in a run directory
 DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
 DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
@@ -52,10 +54,23 @@ DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed 
 class TrainConfig:
     """How to train (model- and task-independent). Validated in ``__post_init__``.
 
-    ``device``: a torch device, or ``auto`` (CUDA when the machine has it), resolved when the run
-    starts. ``clip``: the largest gradient norm, or None for no clipping. ``map_lr``: the learning
-    rate of a group RNN's input and state maps: ``n_aware`` (default) scales it by
-    ``reference.config.map_lr_scales`` (1 at O(16) and below), ``plain`` is the paper's single rate.
+    Attributes:
+        model: a key of ``experiments.models.MODEL_CONFIGS``.
+        task: a key of ``experiments.tasks.task_classes()``.
+        steps: optimizer steps of the run.
+        batch: sequences per step.
+        lr: the peak learning rate, of AdamW and of RiemannianAdam.
+        schedule: ``cosine`` (to 0 at the last step) or ``constant``, after the warm-up.
+        warmup: steps of linear warm-up from lr/warmup to lr.
+        weight_decay: AdamW's decoupled weight decay (not applied to group-valued parameters).
+        clip: the largest gradient norm, or none for no clipping.
+        eval_every: steps between evaluations on the validation split.
+        checkpoint_every: steps between checkpoints of the run directory.
+        seed: seeds the model, the data order and every random draw of the run.
+        dtype: the parameters' real precision, float32 or float64.
+        device: a torch device (cpu, cuda, cuda:1), or auto for CUDA where the machine has it.
+        map_lr: the learning rate of a group RNN's input and state maps: n_aware scales it by
+            ``reference.config.map_lr_scales`` (1 at O(16) and below), plain is the paper's single rate.
     """
 
     model: str
@@ -149,40 +164,23 @@ def build_config(model, task, options):
             raise ValueError(f"unknown option '--{name.replace('_', '-')}': not a field of TrainConfig, of the "
                              f"{task} task's config or of the {model} config ({sorted(owners)})")
         parts[owners[name][0]][name] = value
+    required = [field.name for field in dataclasses.fields(MODEL_CONFIGS[model]) if field.name != "vocab_size"
+                and field.default is dataclasses.MISSING and field.name not in options]
+    if required:
+        raise ValueError(f"--model {model} needs " + " and ".join(f"--{name.replace('_', '-')}" for name in required))
     train = TrainConfig(model=model, task=task, **parts["train"])
     task_config = task_class(task).Config(**parts["task"])
     vocab_size = task_class(task)(task_config, train.seed).vocab_size
     return RunConfig(train, task_config, MODEL_CONFIGS[model](vocab_size=vocab_size, **parts["model"]))
 
 
-def _parse(text, kind):
-    """``text`` as a value of the field type ``kind`` (``int``, ``float``, ``float | None``, ``str``...)."""
-    kinds = typing.get_args(kind) or (kind,)
-    if type(None) in kinds and text.lower() == "none":
-        return None
-    if bool in kinds:
-        if text.lower() not in ("true", "false"):
-            raise ValueError(f"expected true or false, got {text!r}")
-        return text.lower() == "true"
-    for candidate in (int, float):
-        if candidate in kinds:
-            return candidate(text)
-    return text
-
-
-def parse_options(model, task, pairs):
-    """``['--n', '16', '--lr', '1e-3']`` -> ``{"n": 16, "lr": 0.001}``, typed by the configs' fields
-    (an unknown key is kept as text, for ``build_config`` to refuse)."""
-    if len(pairs) % 2:
-        raise ValueError(f"expected --key value pairs, got {pairs}")
-    owners = _option_fields(model, task)
-    options = {}
-    for key, text in zip(pairs[::2], pairs[1::2]):
-        if not key.startswith("--"):
-            raise ValueError(f"expected --key value pairs, got {key!r} where a --key belongs")
-        name = key[2:].replace("-", "_")
-        options[name] = _parse(text, owners[name][1]) if name in owners else text  # build_config refuses it
-    return options
+def parse_options(model, task, options):
+    """``['--n', '16', '--lr=1e-3', '--no-recurrent']`` -> ``{"n": 16, "lr": 0.001, "recurrent": False}``:
+    the config fields given, typed by ``build_parser(model, task)``. Raises ``cli.OptionError``
+    (a ValueError) for an unknown option or a value of the wrong type, naming the option."""
+    _option_fields(model, task)  # refuses a field name shared by two of the configs
+    namespace = build_parser(model, task).parse_args(["--model", model, "--task", task, *options])
+    return {name: value for name, value in vars(namespace).items() if name not in RUN_OPTIONS}
 
 
 def resolve_device(device):
@@ -619,13 +617,30 @@ def command_line(config, directory):
     return [*argv, "--run-dir", str(directory)]
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m experiments.train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=sorted(MODEL_CONFIGS))
-    parser.add_argument("--task", default=None, help="default: lm")
-    parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<model>-<task>-seed<seed>, or runs/<SWEEP>/<RUN> for --preset SWEEP/RUN")
-    parser.add_argument("--resume", type=Path, default=None, help="continue the run in this directory")
-    parser.add_argument("--preset", default=None, help="SWEEP/RUN: one training run of a sweep preset or file")
+def build_parser(model=None, task=None, options=True):
+    """The command line of ``python -m experiments.train``: the run's own options and, unless
+    ``options`` is false, every field of ``TrainConfig``, of ``task``'s config (default ``lm``) and
+    of ``model``'s config (without a model, its options are listed by ``--model M --help``)."""
+    task = task or "lm"
+    parser = OptionParser(prog="python -m experiments.train", description=__doc__.split("\n\n")[0], usage=USAGE,
+                          add_help=options, epilog=None if model or not options else
+                          f"Each model adds the options of its config: --model M --help lists them "
+                          f"(M one of {', '.join(MODEL_CONFIGS)}); --task T --help lists task T's.")
+    run_options = parser.add_argument_group("run")
+    run_options.add_argument("--model", choices=sorted(MODEL_CONFIGS), help="the model to train")
+    run_options.add_argument("--task", default=None, choices=sorted(task_classes()), help="the task (default: lm)")
+    run_options.add_argument("--run-dir", type=Path, default=None, help="the run directory (default: "
+                             "runs/<model>-<task>-seed<seed>, or runs/<SWEEP>/<RUN> for --preset SWEEP/RUN)")
+    run_options.add_argument("--resume", type=Path, default=None, help="continue the run in this directory")
+    run_options.add_argument("--preset", default=None, help="SWEEP/RUN: one training run of a sweep preset or file")
+    if options:
+        add_config_options(parser, TrainConfig, "training (TrainConfig)", excluded=("model", "task"))
+        task_config = task_class(task).Config
+        add_config_options(parser, task_config, f"task {task} ({task_config.__name__})")
+        if model is not None:
+            model_config = MODEL_CONFIGS[model]
+            add_config_options(parser, model_config, f"model {model} ({model_config.__name__})",
+                               excluded=("vocab_size",))
     return parser
 
 
@@ -728,31 +743,54 @@ def main(argv=None):
     plain line per evaluation.
     """
     argv = sys.argv[1:] if argv is None else argv
-    args, rest = build_parser().parse_known_args(argv)
+    try:
+        config, directory, argv = configure(argv)
+    except (ValueError, TypeError) as error:  # every refusal of the command line, before any work
+        refuse(build_parser(options=False), error)
+    print(json.dumps(run(config, directory, argv)))
+    return 0
+
+
+def configure(argv):
+    """``(config, directory, argv to record)`` of a command line (``main``); ``--help`` exits here.
+
+    Raises:
+        ValueError: an unknown option, a value of the wrong type or one a config refuses (led by
+            the options it names, ``cli.name_options``), a directory that holds a run already.
+    """
+    args, rest = build_parser(options=False).parse_known_args(argv)
     default_directory = None
     if args.preset is not None:
         if args.model or args.resume:
-            build_parser().error("--preset replaces --model and --task, and cannot resume")
-        argv = [*preset_argv(args.preset), *[a for a in argv if a not in ("--preset", args.preset)]]
+            raise OptionError("--preset replaces --model and --task, and cannot resume")
+        argv = [*preset_argv(args.preset), *rest, *([] if args.task is None else ["--task", args.task]),
+                *([] if args.run_dir is None else ["--run-dir", str(args.run_dir)])]
         default_directory = preset_run_dir(args.preset)
-        args, rest = build_parser().parse_known_args(argv)
+        args, rest = build_parser(options=False).parse_known_args(argv)
     if args.resume is not None:
         if args.model or args.task or args.run_dir:
-            build_parser().error("--resume DIR takes the run's model, task and directory from DIR")
+            raise OptionError("--resume DIR takes the run's model, task and directory from DIR")
+        if "-h" in rest or "--help" in rest:
+            saved = RunConfig.from_json(json.loads((args.resume / "config.json").read_text()))
+            build_parser(saved.train.model, saved.train.task).parse_args(["--help"])
         directory = args.resume
         config = resume_config(directory, rest)
-        if not (directory / "checkpoint.pt").exists():
-            argv = None  # the run starts over: command.txt gets the command that rebuilds its config
-    else:
-        if args.model is None:
-            build_parser().error("--model is required (or --resume DIR)")
-        args.task = args.task or "lm"
-        config = build_config(args.model, args.task, parse_options(args.model, args.task, rest))
-        directory = args.run_dir or default_directory or Path("runs") / f"{args.model}-{args.task}-seed{config.train.seed}"
-        if (directory / "checkpoint.pt").exists():
-            raise ValueError(f"{directory} already holds a run; continue it with --resume {directory}")
-    print(json.dumps(run(config, directory, argv)))
-    return 0
+        return config, directory, None if not (directory / "checkpoint.pt").exists() else argv
+    task = args.task or "lm"
+    if args.model is None:
+        if "-h" in rest or "--help" in rest:
+            build_parser(task=task).parse_args(["--help"])
+        raise OptionError("--model is required (or --resume DIR, or --preset SWEEP/RUN)")
+    options = parse_options(args.model, task, rest)
+    try:
+        config = build_config(args.model, task, options)
+    except (ValueError, TypeError) as error:
+        raise OptionError(name_options(str(error), options)) from error
+    directory = args.run_dir or default_directory or Path("runs") / f"{args.model}-{task}-seed{config.train.seed}"
+    if (directory / "checkpoint.pt").exists():
+        raise OptionError(f"{directory} already holds a run; continue it with --resume {directory}, or choose "
+                          "another directory with --run-dir")
+    return config, directory, argv
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Training runs: configuration, run directory, and exact resumption after a kill."""
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import signal
@@ -82,23 +84,78 @@ def test_the_run_directory_records_the_run(tmp_path):
     assert [m["step"] for m in metrics(directory)] == [2, 4]
     final = json.loads((directory / "final.json").read_text())
     assert final["drift"] < 1e-5 and final["parameters"] > 0 and final["test_bits_per_token"] > 0
-    with pytest.raises(ValueError, match="already holds a run"):
-        train.main([*ARGS, "--run-dir", str(directory)])
+    assert "already holds a run" in refusal([*ARGS, "--run-dir", str(directory)])
+
+
+def refusal(argv):
+    """The one error line of ``train.main(argv)``, which must exit with argparse's code 2."""
+    stderr = io.StringIO()
+    with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(stderr):
+        train.main(argv)
+    assert stop.value.code == 2
+    lines = stderr.getvalue().splitlines()
+    assert lines[0].startswith("usage: ") and len(lines) == 2, lines
+    return lines[1].removeprefix("python -m experiments.train: error: ")
 
 
 @pytest.mark.parametrize("pairs, message", [
-    (["--colour", "red"], "unknown option '--colour'"),
-    (["--n", "four"], "invalid literal"),
-    (["--schedule", "linear"], "unknown schedule"),
-    (["--steps", "0"], "steps must be a positive int"),
-    (["--warmup", "100", "--steps", "10"], "warmup must be"),
-    (["--group", "Sp"], "unknown group"),
-    (["--map-lr", "muP"], "unknown map_lr"),
-], ids=["unknown-key", "bad-int", "schedule", "steps", "warmup", "group", "map-lr"])
-def test_bad_options_are_refused_before_training(tmp_path, pairs, message):
-    with pytest.raises(ValueError, match=message):
-        train.main(["--model", "group_rnn", "--dataset", "ptb_char", *pairs, "--run-dir", str(tmp_path / "x")])
-    assert not (tmp_path / "x" / "checkpoint.pt").exists()
+    (["--colour", "red"], "unrecognized arguments: --colour red"),
+    (["--n", "four"], "argument --n: expected an integer (such as 1000 or 1e3), got 'four'"),
+    (["--schedule", "linear"], "--schedule linear: unknown schedule 'linear'"),
+    (["--steps", "0"], "--steps 0: steps must be a positive int"),
+    (["--warmup", "100", "--steps", "10"], "--warmup 100, --steps 10: warmup must be"),
+    (["--group", "Sp"], "--group Sp: unknown group 'Sp'"),
+    (["--map-lr", "muP"], "--map-lr muP: unknown map_lr"),
+    (["--recurrent", "maybe"], "argument --recurrent: expected true or false, got 'maybe'"),
+    (["--steps", "1.5"], "argument --steps: expected an integer"),
+], ids=["unknown-key", "bad-int", "schedule", "steps", "warmup", "group", "map-lr", "bool", "fraction"])
+def test_bad_options_are_refused_before_training_in_one_line_naming_the_option(tmp_path, pairs, message):
+    got = refusal(["--model", "group_rnn", "--dataset", "ptb_char", *pairs, "--run-dir", str(tmp_path / "x")])
+    assert got.startswith(message), got
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_command_line_takes_key_equals_value_bare_and_negated_booleans_and_1e3_for_integers():
+    options = train.parse_options("group_rnn", "lm", ["--steps=1e3", "--no-recurrent", "--n=16", "--clip", "none",
+                                                      "--lr", "3e-4", "--dataset=ptb_char"])
+    assert options == {"steps": 1000, "recurrent": False, "n": 16, "clip": None, "lr": 3e-4, "dataset": "ptb_char"}
+    assert type(options["steps"]) is int
+    assert train.parse_options("group_rnn", "lm", ["--recurrent"]) == {"recurrent": True}
+    assert train.parse_options("group_rnn", "lm", ["--recurrent", "False"]) == {"recurrent": False}  # command.txt's form
+    assert train.parse_options("gpt", "lm", []) == {}
+    assert train.parse_options("group_rnn", "lm", ["--eval_every", "2"]) == {"eval_every": 2}  # older records' spelling
+
+
+def test_a_model_option_without_a_default_is_asked_for_by_name(tmp_path):
+    assert refusal(["--model", "lstm", "--dataset", "ptb_char"]) == "--model lstm needs --hidden-size"
+    assert refusal(["--model", "gpt", "--dataset", "ptb_char"]) == "--model gpt needs --width"
+
+
+@pytest.mark.parametrize("argv", [[], ["--model", "group_rnn"], ["--model", "mlstm", "--task", "recall"]],
+                         ids=["train", "group_rnn", "mlstm-recall"])
+def test_help_lists_every_option_of_the_configs_with_its_type_and_default(argv, capsys):
+    from experiments.cli import field_help
+    from experiments.models import MODEL_CONFIGS
+    from experiments.tasks import task_class
+
+    with pytest.raises(SystemExit) as stop:
+        train.main([*argv, "--help"])
+    assert stop.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    model = argv[1] if argv else None
+    task = argv[3] if len(argv) > 3 else "lm"
+    configs = [train.TrainConfig, task_class(task).Config] + ([MODEL_CONFIGS[model]] if model else [])
+    for config in configs:
+        assert config.__name__ in text
+        for field in dataclasses.fields(config):
+            if field.name in ("model", "task", "vocab_size") and config is not task_class(task).Config:
+                continue
+            help_line = " ".join(field_help(config)[field.name].replace("``", "").split())
+            assert help_line, (config.__name__, field.name)
+            default = "required" if field.default is dataclasses.MISSING else f"default: {field.default}"
+            assert f"--{field.name.replace('_', '-')}" in text and f"{help_line} (" in text and default in text
+    if model is None:
+        assert "--model M --help lists them" in text
 
 
 def test_learning_rate_schedule():
@@ -120,8 +177,7 @@ def test_a_preset_run_trains_with_overrides(tmp_path):
     config = json.loads((run_dir / "config.json").read_text())
     assert config["train"]["model"] == "lstm" and config["task"]["dataset"] == "ptb_char"
     assert config["train"]["seed"] == 1 and config["train"]["steps"] == 2 and config["train"]["lr"] == 1e-3
-    with pytest.raises(ValueError, match="no run 'lstm-seed9'"):
-        main(["--preset", "charlm-ptb/lstm-seed9"])
+    assert refusal(["--preset", "charlm-ptb/lstm-seed9"]).startswith("no run 'lstm-seed9' in charlm-ptb")
     recall_dir = tmp_path / "recall"  # a recall run of a preset is an ordinary training run
     assert main(["--preset", "nar-cpu/V48-L64-lr0.01-ns-cosine-seed0", "--steps", "2", "--batch", "2", "--length", "8",
                  "--valid-sequences", "2", "--eval-every", "2", "--run-dir", str(recall_dir)]) == 0
@@ -170,7 +226,7 @@ def test_the_preset_of_every_committed_v2_study_run_rebuilds_its_config(dataset,
     configs = sorted((Path("experiments/results/charlm_v2") / dataset).glob("*/config.json"))
     assert len(configs) == 33  # 11 arms × 3 seeds
     for path in configs:
-        args, rest = train.build_parser().parse_known_args(train.preset_argv(f"{preset}/{path.parent.name}"))
+        args, rest = train.build_parser(options=False).parse_known_args(train.preset_argv(f"{preset}/{path.parent.name}"))
         built = train.build_config(args.model, args.task, train.parse_options(args.model, args.task, rest))
         built = dataclasses.replace(built, train=dataclasses.replace(built.train, device="cpu"))
         assert built == train.RunConfig.from_json(json.loads(path.read_text())), path.parent.name
@@ -248,21 +304,20 @@ def test_a_resume_refuses_an_edited_config(tmp_path, part, field, value):
 
 
 @pytest.mark.parametrize("pairs, message", [
-    (["--no-such-flag", "1"], "unknown option '--no-such-flag'"),
+    (["--no-such-flag", "1"], "unrecognized arguments: --no-such-flag 1"),
     (["--lr", "5"], "a resume cannot change '--lr'"),
     (["--group", "O"], "a resume cannot change '--group'"),
-    (["--steps", "3"], "with steps 3: its checkpoint is at step 4"),
-    (["--model", "lstm"], None),
+    (["--steps", "3"], None),
+    (["--model", "lstm"], "--resume DIR takes the run's model, task and directory from DIR"),
 ], ids=["unknown", "lr", "group", "fewer-steps", "model"])
 def test_a_resume_refuses_options_it_cannot_honour(tmp_path, pairs, message):
     directory = short_run(tmp_path / "run")
     before = (directory / "metrics.jsonl").read_text()
-    if message is None:  # an argparse error: the run's model and task come from its directory
-        with pytest.raises(SystemExit):
+    if message is None:  # found when the checkpoint is read
+        with pytest.raises(ValueError, match="with steps 3: its checkpoint is at step 4"):
             train.main(["--resume", str(directory), *pairs])
     else:
-        with pytest.raises(ValueError, match=message):
-            train.main(["--resume", str(directory), *pairs])
+        assert refusal(["--resume", str(directory), *pairs]).startswith(message)
     assert (directory / "metrics.jsonl").read_text() == before and not (directory / "resumes.jsonl").exists()
 
 
@@ -465,7 +520,7 @@ def test_the_group_transformer_study_command_rebuilds_its_committed_config():
     folder = Path("experiments/results/group_transformer_shakespeare")
     argv = (folder / "command.txt").read_text().split()[3:]  # after "python -m experiments.train"
     argv = argv[:argv.index("--run-dir")]
-    args, rest = train.build_parser().parse_known_args(argv)
+    args, rest = train.build_parser(options=False).parse_known_args(argv)
     task = args.task or "lm"  # as train.main: the default task
     built = train.build_config(args.model, task, train.parse_options(args.model, task, rest))
     committed = train.RunConfig.from_json(json.loads((folder / "config.json").read_text()))

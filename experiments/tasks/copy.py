@@ -77,7 +77,13 @@ EVAL_BATCH = 64  # sequences per forward pass in evaluation (the result does not
 
 @dataclass(frozen=True)
 class CopyConfig:
-    """``delay``: T blanks; ``copy_length``: K symbols (10 in the benchmark); ``eval_sequences``."""
+    """The copy task's sizes.
+
+    Attributes:
+        delay: T, the blanks between the symbols and the cue to copy them.
+        copy_length: K, the symbols to remember (10 in the benchmark).
+        eval_sequences: sequences of each evaluation set.
+    """
 
     delay: int = COPY_DELAYS[0]
     copy_length: int = COPY_LENGTH

@@ -65,7 +65,11 @@ def mod3_batch(generator, batch, length):
 
 @dataclass(frozen=True)
 class CountingConfig(LengthsConfig):
-    """``modulus``: m of the running count (2: parity)."""
+    """The counting task's lengths and modulus.
+
+    Attributes:
+        modulus: m of the running count of ones modulo m (2: parity).
+    """
 
     modulus: int = PARITY
 

@@ -25,7 +25,15 @@ EVAL_BATCH = 64  # sequences per forward pass in evaluation (the result does not
 
 @dataclass(frozen=True)
 class LengthsConfig:
-    """Training and evaluation lengths (fields shared by the counting and word tasks)."""
+    """Training and evaluation lengths (fields shared by the counting and word tasks).
+
+    Attributes:
+        train_min_length: the shortest training sequence.
+        train_max_length: the longest training sequence (after the curriculum).
+        curriculum_steps: steps over which the longest training length grows to train_max_length (0: none).
+        eval_max_length: evaluation at train_max_length · 2^j up to this length.
+        eval_sequences: sequences of each evaluation set.
+    """
 
     train_min_length: int = 1
     train_max_length: int = TRAIN_MAX_LENGTH

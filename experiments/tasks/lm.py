@@ -110,9 +110,14 @@ def carried_bits(model, stream, length, streams=1):
 
 @dataclass(frozen=True)
 class LanguageModellingConfig:
-    """``dataset``: a key of ``experiments.data.DATASETS``; ``length``: tokens per window;
-    ``eval_tokens``: how many tokens of a split one windowed evaluation reads; ``carried_streams``:
-    the pieces of the carried-state test evaluation of a recurrent model (0: none)."""
+    """Language modelling on one dataset's streams.
+
+    Attributes:
+        dataset: a key of ``experiments.data.DATASETS`` (required).
+        length: tokens per training and evaluation window.
+        eval_tokens: how many tokens of a split one windowed evaluation reads.
+        carried_streams: the pieces of the carried-state test evaluation of a recurrent model (0: none).
+    """
 
     dataset: str | None = None
     length: int = 128

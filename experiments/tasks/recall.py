@@ -337,7 +337,11 @@ RECIPE = {"steps": 2000, "batch": 64, "lr": 1e-3, "schedule": "cosine", "weight_
 
 @dataclass(frozen=True)
 class RecallConfig(NoisyRecallConfig):
-    """The generator's configuration and ``valid_sequences``, the size of each evaluation set."""
+    """The generator's configuration and the size of each evaluation set.
+
+    Attributes:
+        valid_sequences: sequences of each evaluation set.
+    """
 
     valid_sequences: int = 256
 

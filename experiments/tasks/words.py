@@ -163,7 +163,11 @@ def rotation_logarithm(rotation, atol=1e-10):
 
 @dataclass(frozen=True)
 class WordsConfig(LengthsConfig):
-    """``word_group``: the group whose words are tracked (a key of ``words.GROUPS``)."""
+    """The word problem's lengths and group.
+
+    Attributes:
+        word_group: the group whose words are tracked (a key of ``words.GROUPS``).
+    """
 
     word_group: str = "S5"
 

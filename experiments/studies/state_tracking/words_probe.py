@@ -20,6 +20,7 @@ import torch
 
 from experiments.analysis.plotting import plt
 from experiments.models import build_model
+from experiments.sweep_run import option_argv
 from experiments.studies.state_tracking.arms import WARMUP
 from experiments.tasks.base import split_generator
 from experiments.tasks.words import permutation_group, word_batch
@@ -71,8 +72,7 @@ def train(out, runs=None, steps=STEPS, eval_every=EVAL_EVERY):
             continue
         options = {"steps": steps, "eval_every": eval_every, "checkpoint_every": min(CHECKPOINT_EVERY, steps),
                    "warmup": min(WARMUP, steps // 10), **extra}
-        arguments = [a for key, value in options.items() for a in (f"--{key}", str(value))]
-        train_main(["--preset", f"state-tracking/{preset}", *arguments, "--run-dir", str(directory)])
+        train_main(["--preset", f"state-tracking/{preset}", *option_argv(options), "--run-dir", str(directory)])
 
 
 @torch.no_grad()
