@@ -11,7 +11,6 @@ configuration.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from experiments.analysis.plotting import plt
 from experiments.baselines import LSTMConfig
+from experiments.cli import CommandParser
 from experiments.params_budget import count_parameters, parameter_count, size_to_budget
 from experiments.train import Run, build_config
 from parity_tests.harness import parity as group_rnn_parity
@@ -32,12 +32,12 @@ VOCABULARY = 50  # Penn Treebank characters
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.demo", description=__doc__.split("\n\n")[0])
+    parser = CommandParser("experiments.demo", __doc__)
     parser.add_argument("--minutes", type=float, default=5.0, help="about the total time; the group RNN gets 80%%")
     parser.add_argument("--n", type=int, default=16, help="the O(n) state size")
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("runs/demo"))
+    parser.add_argument("--lr", type=float, default=1e-3, help="the learning rate of both models")
+    parser.add_argument("--seed", type=int, default=0, help="seeds both runs")
+    parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="the directory of both runs")
     args = parser.parse_args(argv)
     if args.minutes <= 0:
         parser.error("--minutes must be positive")

@@ -17,7 +17,6 @@ plot of each validation metric of ``metrics.jsonl`` (``report_<key>.png``).
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 from experiments.analysis.plotting import plt
 from experiments.analysis import recall as recall_report
 from experiments.analysis.stats import format_interval
+from experiments.cli import CommandParser
 from experiments.sweep_run import arm_of
 from experiments.tuning import DIVERGED
 
@@ -291,8 +291,8 @@ REPORTS = {"lm": lm_report, "recall": recall_report.report}  # other tasks: metr
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("directory", type=Path)
+    parser = CommandParser("experiments.report", __doc__)
+    parser.add_argument("directory", type=Path, help="the sweep's output directory (its OUT)")
     args = parser.parse_args(argv)
     print(report(args.directory))
     return 0

@@ -5,7 +5,6 @@ Every option, the output files and what happens when a worker dies: ``main``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 
 from experiments import train, tuning
+from experiments.cli import CommandParser
 from experiments.sweep_run import arm_of
 from experiments.sweeps import PRESETS, load_sweep
 
@@ -199,10 +199,10 @@ def main(argv=None):
     starting, printing why, unless ``--allow-cpu`` is given. Presets that set ``device: auto``
     resolve it when each run starts, on the machine that runs it.
     """
-    parser = argparse.ArgumentParser(prog="python -m experiments.sweep", description=__doc__.split("\n\n")[0])
+    parser = CommandParser("experiments.sweep", __doc__)
     parser.add_argument("sweep", help=f"a sweep file or module, or a preset: {', '.join(sorted(PRESETS))}")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None, help="the sweep's directory (default: its OUT)")
+    parser.add_argument("--workers", type=int, default=2, help="runs trained at once")
     parser.add_argument("--allow-cpu", action="store_true", help="start a sweep that asks for CUDA on the CPU")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
                         help="local process pool, or a Ray cluster (RAY_ADDRESS, else a local one)")

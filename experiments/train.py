@@ -697,7 +697,7 @@ def resume_config(directory, pairs):
     return dataclasses.replace(config, train=dataclasses.replace(config.train, **options))
 
 
-def main(argv=None):
+def main(argv=None, prog=None):
     """Train, resume or run a preset from the command line (``python -m experiments.train --help``).
 
     python -m experiments.train --model group_rnn --dataset ptb_char --group O --n 16 --steps 2000
@@ -707,9 +707,12 @@ def main(argv=None):
 
     Models: the keys of ``experiments.models.MODEL_CONFIGS``; tasks: ``experiments.tasks.task_classes()``
     (``lm``, the default, language modelling on ``--dataset``; ``recall``, noisy in-context recall).
-    Every ``--key value`` sets a field of ``TrainConfig`` (``--lr 1e-3``), of the task's config
+    Every ``--key value`` (or ``--key=value``; ``--flag``/``--no-flag`` for booleans; ``1e3`` for
+    integers) sets a field of ``TrainConfig`` (``--lr 1e-3``), of the task's config
     (``--dataset ptb_char``, ``--length 64``) or of the model's config (``--n 16``); the three share no
-    field name, and unknown keys are refused. ``--preset SWEEP/RUN`` takes model, task and options
+    field name, and ``--model M [--task T] --help`` lists them all (``build_parser``). Every refusal of
+    the command line comes before any work, as one argparse-style line (``prog``: the command it names,
+    for a wrapper's own) and exit code 2. ``--preset SWEEP/RUN`` takes model, task and options
     from run RUN of a sweep (``experiments.sweeps``), at its arm's chosen rate where the sweep has
     chosen one (``preset_argv``); further pairs override them.
 
@@ -746,7 +749,9 @@ def main(argv=None):
     try:
         config, directory, argv = configure(argv)
     except (ValueError, TypeError) as error:  # every refusal of the command line, before any work
-        refuse(build_parser(options=False), error)
+        parser = build_parser(options=False)
+        parser.prog = prog or parser.prog
+        refuse(parser, error)
     print(json.dumps(run(config, directory, argv)))
     return 0
 

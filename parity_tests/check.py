@@ -1,7 +1,10 @@
-"""Parity check CLI: ``python -m parity_tests.check --model group_rnn --group G --n N --seed S``,
-``python -m parity_tests.check --model group_transformer --attention algebra|similarity --layers L --heads h
---mixing none|scalar|lowrank [--mixing-rank r] --group G --n N --seed S``
-or ``python -m parity_tests.check --model mlstm --read plain|ns|polar [--ns-steps k] [--vocab V] [--length L]``.
+"""Parity check CLI: one configuration of a model in torch against the NumPy reference, outputs
+and gradients, within the tolerances of parity_tests/tolerances.py.
+
+    python -m parity_tests.check --model group_rnn --group G --n N --seed S
+    python -m parity_tests.check --model group_transformer --attention algebra|similarity --layers L
+        --heads h --mixing none|scalar|lowrank [--mixing-rank r] --group G --n N --seed S
+    python -m parity_tests.check --model mlstm --read plain|ns|polar [--ns-steps k] [--vocab V] [--length L]
 
 Prints one JSON object (max errors per quantity, tolerances, ``"pass": true|false``) and exits
 with status 1 when the check fails (2 on an invalid configuration).
@@ -14,6 +17,7 @@ import json
 import sys
 import warnings
 
+from experiments.cli import CommandParser
 from reference.config import (
     ATTENTIONS, GROUP_NAMES, MIXINGS, MLSTM_READS, NS_COEFFICIENTS, READOUTS, GroupRNNConfig, GroupTransformerConfig,
     MLSTMConfig,
@@ -26,37 +30,37 @@ RNN_OPTIONS = ("embedding_dim", "recurrent", "reproject_every")
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m parity_tests.check", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=MODELS, default="group_rnn")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=["float32", "float64"], default="float64")
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--length", type=int, default=8)
+    parser = CommandParser("parity_tests.check", __doc__)
+    parser.add_argument("--model", choices=MODELS, default="group_rnn", help="the model to check")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the parameters and the inputs")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="the torch model's precision")
+    parser.add_argument("--batch", type=int, default=2, help="sequences of the input batch")
+    parser.add_argument("--length", type=int, default=8, help="tokens per sequence")
     parser.add_argument("--vocab", type=int, default=None,
                         help="vocabulary (default 13 for group_rnn and group_transformer, 80 for mlstm)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="the torch model's device")
     both = parser.add_argument_group("group_rnn and group_transformer")
-    both.add_argument("--group", choices=GROUP_NAMES)
-    both.add_argument("--n", type=int)
+    both.add_argument("--group", choices=GROUP_NAMES, help="the state's group (required)")
+    both.add_argument("--n", type=int, help="the state is n×n (required)")
     both.add_argument("--block", type=int, default=None, help="block size of BO (default 2)")
-    both.add_argument("--readout", choices=READOUTS, default="linear")
-    both.add_argument("--mixing", choices=MIXINGS, default="none")
-    both.add_argument("--mixing-rank", type=int, default=None)
+    both.add_argument("--readout", choices=READOUTS, default="linear", help="the readout")
+    both.add_argument("--mixing", choices=MIXINGS, default="none", help="tangent-space mixing of the updates")
+    both.add_argument("--mixing-rank", type=int, default=None, help="the rank of lowrank mixing")
     rnn = parser.add_argument_group("group_rnn only")
-    rnn.add_argument("--embedding-dim", type=int, default=None, help="default 16")
-    rnn.add_argument("--recurrent", action=argparse.BooleanOptionalAction, default=None, help="default on")
-    rnn.add_argument("--reproject-every", type=int, default=None)
+    rnn.add_argument("--embedding-dim", type=int, default=None, help="the embedding width (default 16)")
+    rnn.add_argument("--recurrent", action=argparse.BooleanOptionalAction, default=None, help="the recurrent term U(H) of the update (default on)")
+    rnn.add_argument("--reproject-every", type=int, default=None, help="re-project the state every k steps")
     transformer = parser.add_argument_group("group_transformer only")
-    transformer.add_argument("--attention", choices=ATTENTIONS, default=None, help="default algebra")
-    transformer.add_argument("--layers", type=int, default=None, help="default 2")
-    transformer.add_argument("--heads", type=int, default=None, help="default 4")
+    transformer.add_argument("--attention", choices=ATTENTIONS, default=None, help="the attention (default algebra)")
+    transformer.add_argument("--layers", type=int, default=None, help="layers (default 2)")
+    transformer.add_argument("--heads", type=int, default=None, help="attention heads (default 4)")
     transformer.add_argument("--feedforward", action=argparse.BooleanOptionalAction, default=None,
                              help="feed-forward sublayers (default on)")
-    transformer.add_argument("--feedforward-dim", type=int, default=None, help="default 4·dim g")
+    transformer.add_argument("--feedforward-dim", type=int, default=None, help="the feed-forward width (default 4·dim g)")
     mlstm = parser.add_argument_group("mlstm")
-    mlstm.add_argument("--read", choices=MLSTM_READS, default="plain")
-    mlstm.add_argument("--ns-steps", type=int, default=5)
-    mlstm.add_argument("--ns-coeffs", choices=tuple(NS_COEFFICIENTS), default="cubic")
+    mlstm.add_argument("--read", choices=MLSTM_READS, default="plain", help="the memory's read")
+    mlstm.add_argument("--ns-steps", type=int, default=5, help="Newton–Schulz iterations of the ns read")
+    mlstm.add_argument("--ns-coeffs", choices=tuple(NS_COEFFICIENTS), default="cubic", help="Newton–Schulz coefficients")
     return parser
 
 

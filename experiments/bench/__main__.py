@@ -9,7 +9,6 @@ smoke test). ``--threads 1 2`` runs the whole suite once per torch thread count,
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -18,16 +17,18 @@ import torch
 
 from experiments.bench import exp, group_rnn, group_transformer, mlstm
 from experiments.bench.timing import machine_record
+from experiments.cli import CommandParser
 
 BENCHMARKS = {"exp": exp.run, "group_rnn": group_rnn.run, "group_transformer": group_transformer.run,
               "mlstm": mlstm.run}
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__.split("\n\n")[0])
+    parser = CommandParser("experiments.bench", __doc__)
     parser.add_argument("--quick", action="store_true", help="small shapes and few repetitions (smoke test)")
-    parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), default=sorted(BENCHMARKS))
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), default=sorted(BENCHMARKS),
+                        help="the benchmarks to run")
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"), help="the directory of the results")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:k]; a CUDA run writes bench_cuda.json")
     parser.add_argument("--threads", type=int, nargs="+", default=None,
                         help="torch threads for every contender, one suite per value (default: torch's; "

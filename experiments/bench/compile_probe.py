@@ -11,7 +11,6 @@ library path: the fixed s makes it exact only for the batch it was chosen for.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 
 from experiments.bench.timing import alternate, machine_record
+from experiments.cli import CommandParser
 from manifold_impl.groups import get_group
 from manifold_impl.linalg import _THETA, _coefficients, _norms, expm
 
@@ -71,10 +71,9 @@ def run(sizes=(8, 16, 32), repeats=30):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.bench.compile_probe",
-                                     description=__doc__.split("\n\n")[0])
+    parser = CommandParser("experiments.bench.compile_probe", __doc__)
     parser.add_argument("--quick", action="store_true", help="n = 4 only, few repetitions (smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"), help="the directory of the results")
     args = parser.parse_args(argv)
     rows = run(sizes=(4,), repeats=2) if args.quick else run()
     out = args.out

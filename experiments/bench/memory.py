@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from experiments.bench.timing import machine_record
+from experiments.cli import CommandParser
 from manifold_impl.group_rnn import GroupRNN
 from reference.config import GroupRNNConfig
 
@@ -103,9 +104,9 @@ def run(quick=False):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = CommandParser("experiments.bench.memory", __doc__)
     parser.add_argument("--quick", action="store_true", help="short lengths (a smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"), help="the directory of the results")
     parser.add_argument("--child", nargs=3, metavar=("MODE", "LENGTH", "RECURRENT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -8,7 +8,6 @@ the settings) and ``scaling.png`` (two panels) to ``experiments/results/bench/``
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from experiments.bench.group_rnn import training_step
+from experiments.cli import CommandParser
 from manifold_impl.group_rnn import GroupRNN
 from reference.config import GroupRNNConfig
 
@@ -77,9 +77,9 @@ def plot(record, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.bench.scaling", description=__doc__.split("\n\n")[0])
+    parser = CommandParser("experiments.bench.scaling", __doc__)
     parser.add_argument("--quick", action="store_true", help="small shapes, one repetition (smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"))
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"), help="the directory of the results")
     args = parser.parse_args(argv)
     record = measure(args.quick)
     args.out.mkdir(parents=True, exist_ok=True)

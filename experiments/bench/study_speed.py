@@ -13,7 +13,6 @@ on it, and a small one keeps every arm finite for the whole measurement. Never a
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 import torch
 
 from experiments.bench.timing import machine_record
+from experiments.cli import CommandParser
 from experiments.sweeps import PRESETS, load_sweep
 from experiments.train import Run, build_config
 from experiments.tuning import arm_templates
@@ -58,8 +58,7 @@ def measure(runs, seconds=10.0, rounds=4):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.bench.study_speed",
-                                     description=__doc__.split("\n\n")[0])
+    parser = CommandParser("experiments.bench.study_speed", __doc__)
     parser.add_argument("sweep", help=f"a sweep file or module, or a preset: {', '.join(sorted(PRESETS))}")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds of training per arm and turn")
     parser.add_argument("--rounds", type=int, default=4, help="timed turns per arm, after one warm-up turn")

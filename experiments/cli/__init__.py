@@ -30,6 +30,26 @@ class HelpFormatter(argparse.HelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
+class DefaultsHelpFormatter(HelpFormatter):
+    """``HelpFormatter`` that ends each option's help with its default, where it has one."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "%(default)" in text or any(action.default is nothing for nothing in (None, False, argparse.SUPPRESS)) \
+                or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of the entry point ``python -m module``: described by the first paragraph of the
+    module's docstring ``doc``, each option's default in its help; errors exit with code 2."""
+
+    def __init__(self, module, doc, **kwargs):
+        super().__init__(prog=f"python -m {module}", description=doc.split("\n\n")[0].replace("``", ""),
+                         formatter_class=DefaultsHelpFormatter, allow_abbrev=False, **kwargs)
+
+
 class OptionParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors raise ``OptionError`` (``--help`` still exits 0)."""
 

@@ -11,7 +11,6 @@ outside the study. What each table holds: ``claims``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.cli import CommandParser
 from experiments.data import load_dataset
 from experiments.analysis.plotting import plt
 from experiments.report import NOT_CONVERGED, best_steps, learning_rates, load_runs, plot_seeds
@@ -411,8 +411,9 @@ def claims(directory=DEFAULT_DIR):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.claims", description=__doc__.split("\n\n")[0])
-    parser.add_argument("directory", type=Path, nargs="?", default=DEFAULT_DIR)
+    parser = CommandParser("experiments.studies.charlm_v2.claims", __doc__)
+    parser.add_argument("directory", type=Path, nargs="?", default=DEFAULT_DIR,
+                        help=f"the study's results (default: {DEFAULT_DIR})")
     print(claims(parser.parse_args(argv).directory))
     return 0
 

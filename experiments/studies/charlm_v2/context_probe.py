@@ -11,7 +11,6 @@ The method in full: ``probe``.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 
 from experiments.analysis.plotting import plt
 from experiments.baselines import LSTMLanguageModel
+from experiments.cli import CommandParser
 from experiments.data import load_dataset
 from experiments.models import build_model
 from experiments.sweep_run import arm_of
@@ -267,9 +267,9 @@ def plot(record, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.context_probe", description=__doc__.split("\n\n")[0])
+    parser = CommandParser("experiments.studies.charlm_v2.context_probe", __doc__)
     parser.add_argument("directories", nargs="+", type=Path, help="finished runs (with best.pt)")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="the directory of the results")
     args = parser.parse_args(argv)
     record = probe(args.directories, args.out)
     for name, run in record["runs"].items():

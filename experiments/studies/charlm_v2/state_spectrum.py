@@ -11,7 +11,6 @@ non-finite loss to the failing step and writes ``OUT/blowup.json`` (``trace_blow
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shutil
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 
 from experiments.analysis.plotting import plt
+from experiments.cli import CommandParser
 from experiments.studies.charlm_v2.context_probe import load_best, runs_with_best
 from experiments.data import load_dataset
 from experiments.sweep_run import arm_of
@@ -175,11 +175,11 @@ def plot(record, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.charlm_v2.state_spectrum", description=__doc__.split("\n\n")[0])
+    parser = CommandParser("experiments.studies.charlm_v2.state_spectrum", __doc__)
     parser.add_argument("directories", nargs="+", type=Path, help="finished group-RNN runs (with best.pt)")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--length", type=int, default=LENGTH)
-    parser.add_argument("--streams", type=int, default=STREAMS)
+    parser.add_argument("--out", type=Path, required=True, help="the directory of the results")
+    parser.add_argument("--length", type=int, default=LENGTH, help="tokens of each validation stream")
+    parser.add_argument("--streams", type=int, default=STREAMS, help="validation streams per run")
     parser.add_argument("--blowup", action="store_true", help="replay runs stopped by a NaN loss to their failing step")
     args = parser.parse_args(argv)
     if args.blowup:

@@ -9,7 +9,6 @@ Why two vocabularies, and what the curves show: experiments/studies/drift/README
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from experiments.analysis.plotting import plt
+from experiments.cli import CommandParser
 from manifold_impl.group_rnn import GroupRNN
 from manifold_impl.groups import GROUPS
 from reference.config import GroupRNNConfig
@@ -83,13 +83,14 @@ def plot(runs, steps, args, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.drift.curves", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=10_000)
-    parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--reproject-every", type=int, default=100)
-    parser.add_argument("--record-every", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/drift"))
+    parser = CommandParser("experiments.studies.drift.curves", __doc__)
+    parser.add_argument("--steps", type=int, default=10_000, help="steps of each curve")
+    parser.add_argument("--n", type=int, default=8, help="the state size of every group")
+    parser.add_argument("--reproject-every", type=int, default=100, help="k of the re-projected curve")
+    parser.add_argument("--record-every", type=int, default=500, help="steps between recorded points")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the models and their inputs")
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/drift"),
+                        help="the directory of drift.json and drift.png")
     args = parser.parse_args(argv)
     runs = {}
     for group in tqdm(COMPACT, desc="groups"):

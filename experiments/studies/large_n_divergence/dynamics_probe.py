@@ -12,7 +12,6 @@ the state's dynamics (``train``); its fix is applied to the built model from out
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -25,6 +24,7 @@ import torch
 from torch import nn
 
 from experiments.baselines import LSTMConfig
+from experiments.cli import CommandParser
 from experiments.data import load_dataset
 from experiments.models import build_model
 from experiments.tasks.lm import bits_per_token, random_windows
@@ -425,15 +425,17 @@ def summary():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.large_n_divergence.dynamics_probe")
-    parser.add_argument("command", choices=("run", "plot", "list", "summary", "first-step"))
-    parser.add_argument("arms", nargs="*")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--length", type=int, default=128)
-    parser.add_argument("--every", type=int, default=10)
-    parser.add_argument("--eval-tokens", type=int, default=16_384)
-    parser.add_argument("--threads", type=int, default=1)
+    parser = CommandParser("experiments.studies.large_n_divergence.dynamics_probe", __doc__)
+    parser.add_argument("command", choices=("run", "plot", "list", "summary", "first-step"),
+                        help="run arms, plot the figures, list the arms, print the summary table, or the "
+                             "first-step measurement")
+    parser.add_argument("arms", nargs="*", help="the arms to run (list shows them)")
+    parser.add_argument("--steps", type=int, default=200, help="training steps of each arm")
+    parser.add_argument("--batch", type=int, default=32, help="windows per step")
+    parser.add_argument("--length", type=int, default=128, help="tokens per window")
+    parser.add_argument("--every", type=int, default=10, help="steps between recorded dynamics")
+    parser.add_argument("--eval-tokens", type=int, default=16_384, help="validation tokens of each evaluation")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.command == "list":

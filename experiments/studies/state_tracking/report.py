@@ -10,7 +10,6 @@ training length. The study mixes two tasks in one directory, which ``experiments
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -22,6 +21,7 @@ import numpy as np
 
 from experiments.analysis.plotting import plt
 from experiments.analysis.stats import mean_ci
+from experiments.cli import CommandParser
 
 SOLVED_ACCURACY = 0.99
 SOLVED_FACTOR = 4
@@ -209,9 +209,8 @@ def report(directory):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.studies.state_tracking.report",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("directory", type=Path)
+    parser = CommandParser("experiments.studies.state_tracking.report", __doc__)
+    parser.add_argument("directory", type=Path, help="the sweep's output directory (its OUT)")
     print(report(parser.parse_args(argv).directory))
     return 0
 

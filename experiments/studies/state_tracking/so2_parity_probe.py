@@ -11,7 +11,6 @@ is solved by θ_0 ≡ 0, θ_1 ≡ π. Single-threaded, a few minutes; nothing he
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import geoopt
@@ -22,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from experiments.baselines import LSTMConfig
+from experiments.cli import CommandParser
 from experiments.models import build_model
 from experiments.tasks.count import parity_batch
 from experiments.tasks.base import split_generator
@@ -285,9 +285,9 @@ def train_all(seeds):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("spread", "landscape", "train", "all"), default="all")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser = CommandParser("experiments.studies.state_tracking.so2_parity_probe", __doc__)
+    parser.add_argument("--part", choices=("spread", "landscape", "train", "all"), default="all", help="which part to run")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of each training arm")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.part in ("spread", "all"):

@@ -10,7 +10,6 @@ and are resumable. Single-threaded, 1–3 minutes per run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from experiments.analysis.plotting import plt
+from experiments.cli import CommandParser
 from experiments.models import build_model
 from experiments.sweep_run import option_argv
 from experiments.studies.state_tracking.arms import WARMUP
@@ -118,9 +118,10 @@ def analyse(out, runs=None, words=WORDS, length=LENGTH):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/state_tracking/words_probe"))
-    parser.add_argument("--steps", type=int, default=STEPS)
+    parser = CommandParser("experiments.studies.state_tracking.words_probe", __doc__)
+    parser.add_argument("--out", type=Path, default=Path("experiments/results/state_tracking/words_probe"),
+                        help="the directory of the runs and the figure")
+    parser.add_argument("--steps", type=int, default=STEPS, help="training steps of each run")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     train(args.out, steps=args.steps, eval_every=min(EVAL_EVERY, args.steps))
