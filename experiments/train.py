@@ -36,7 +36,7 @@ from experiments.tuning import with_chosen_rates
 from manifold_impl.group_rnn import GroupRNNCell
 from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
-from reference.config import map_lr_scales
+from reference.config import GroupRNNConfig, map_lr_scales
 
 SCHEDULES = ("constant", "cosine")
 # The TrainConfig fields a resume may change (``--resume DIR --steps 2000``): they decide how far and
@@ -172,6 +172,36 @@ def build_config(model, task, options):
     task_config = task_class(task).Config(**parts["task"])
     vocab_size = task_class(task)(task_config, train.seed).vocab_size
     return RunConfig(train, task_config, MODEL_CONFIGS[model](vocab_size=vocab_size, **parts["model"]))
+
+
+def step_memory_floor(config, length):
+    """A lower bound, in bytes, on the memory of one training step of ``config`` on inputs
+    ``[batch, length]``: the logits and their gradient, 2·B·T·V numbers, and a group RNN's kept
+    states, B·T·n² numbers (twice for a complex group; 1/k of them with ``keep_state_every = k``)."""
+    tokens, model = config.train.batch * length, config.model
+    numbers = 2 * tokens * model.vocab_size
+    if isinstance(model, GroupRNNConfig):
+        numbers += tokens * model.n ** 2 * (2 if model.is_complex else 1) // (model.keep_state_every or 1)
+    return numbers * (8 if config.train.dtype == "float64" else 4)
+
+
+def device_memory(device):
+    """The memory of ``device`` in bytes: a CUDA device's, or the machine's RAM for the CPU."""
+    device = torch.device(resolve_device(device))
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(config):
+    """Refuse, before any work, a run whose step needs more memory than its device has
+    (``step_memory_floor`` at the task's ``train_length``, naming the flags that set it)."""
+    length = task_class(config.train.task)(config.task, config.train.seed).train_length
+    needed, available = step_memory_floor(config, length), device_memory(config.train.device)
+    if needed > available:
+        raise ValueError(f"--batch {config.train.batch} with training sequences of {length} tokens needs at least "
+                         f"{needed / 2**30:.1f} GiB for one step (logits and kept states), more than the "
+                         f"{available / 2**30:.1f} GiB of --device {config.train.device}: lower --batch or the task's training length")
 
 
 def parse_options(model, task, options):
@@ -569,12 +599,14 @@ def run(config, directory, argv=None):
     the git revision and ``argv``.
 
     Raises:
-        ValueError: ``directory`` holds a checkpoint of a different configuration, or another
-            process is training in it.
+        ValueError: ``directory`` holds a checkpoint of a different configuration, another
+            process is training in it, or a step would need more memory than the device has
+            (``check_memory``).
     """
     directory = Path(directory)
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, device=resolve_device(config.train.device)))
+    check_memory(config)
     directory.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(directory / LOCK_FILE, blocking=False)
     try:
@@ -791,6 +823,7 @@ def configure(argv):
         config = build_config(args.model, task, options)
     except (ValueError, TypeError) as error:
         raise OptionError(name_options(str(error), options)) from error
+    check_memory(config)
     directory = args.run_dir or default_directory or Path("runs") / f"{args.model}-{task}-seed{config.train.seed}"
     if (directory / "checkpoint.pt").exists():
         raise OptionError(f"{directory} already holds a run; continue it with --resume {directory}, or choose "

@@ -16,6 +16,7 @@ import torch
 
 from experiments import train
 from experiments.models import build_model
+from reference.config import GroupRNNConfig
 from parity_tests.tolerances import RESUME_RTOL
 
 ARGS = ["--model", "group_rnn", "--dataset", "ptb_char", "--group", "SO", "--n", "4", "--embedding-dim", "8",
@@ -113,6 +114,35 @@ def test_bad_options_are_refused_before_training_in_one_line_naming_the_option(t
     got = refusal(["--model", "group_rnn", "--dataset", "ptb_char", *pairs, "--run-dir", str(tmp_path / "x")])
     assert got.startswith(message), got
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("pairs, message", [
+    (["--length", "512", "--eval-tokens", "500"],
+     "--length 512 needs windows of 513 tokens, but --eval-tokens 500 evaluates on 501: raise --eval-tokens"),
+    (["--dataset", "tinyshakespeare", "--length", "60000", "--eval-tokens", "60000"],
+     "--length 60000 needs windows of 60001 tokens, but the valid split of --dataset tinyshakespeare has 55770"),
+    (["--carried-streams", "10000000"], "--carried-streams 10000000 cuts the test split of --dataset ptb_char"),
+], ids=["eval-shorter-than-a-window", "split-shorter-than-a-window", "carried-pieces"])
+def test_windows_that_no_split_or_evaluation_holds_are_refused_before_training(tmp_path, pairs, message):
+    got = refusal(["--model", "group_rnn", "--dataset", "ptb_char", *pairs, "--steps", "1",
+                   "--run-dir", str(tmp_path / "x")])
+    assert got.startswith(message), got
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_step_that_needs_more_memory_than_the_device_has_is_refused_before_training(tmp_path, monkeypatch):
+    monkeypatch.setattr(train, "device_memory", lambda device: 2 ** 30)  # a 1 GiB machine
+    argv = ["--model", "group_rnn", "--dataset", "ptb_char", "--group", "U", "--n", "8", "--keep-state-every", "4",
+            "--batch", "512", "--length", "8192", "--eval-tokens", "8192", "--run-dir", str(tmp_path / "x")]
+    config = train.RunConfig(train.TrainConfig(model="group_rnn", batch=512), None,
+                             GroupRNNConfig(vocab_size=50, group="U", n=8, keep_state_every=4))
+    tokens = 512 * 8192
+    assert train.step_memory_floor(config, 8192) == 4 * (2 * tokens * 50 + tokens * 64 * 2 // 4)  # closed form
+    got = refusal(argv)
+    assert got.startswith("--batch 512 with training sequences of 8192 tokens needs at least 2.1 GiB for one step"), got
+    assert "more than the 1.0 GiB of --device cpu" in got and not (tmp_path / "x").exists()
+    monkeypatch.setattr(train, "device_memory", lambda device: 2 ** 40)
+    assert train.configure(argv)[0].train.batch == 512
 
 
 def test_the_command_line_takes_key_equals_value_bare_and_negated_booleans_and_1e3_for_integers():

@@ -147,6 +147,8 @@ def add_config_options(parser, config_class, title, excluded=()):
 
 def name_options(message, options):
     """``message`` led by the given options it is about (``--n 0: n must be at least 1, got 0``)."""
+    if re.search(r"(^|\s)--\w", message):  # it names its options itself
+        return message
     named = [f"--{name.replace('_', '-')} {value}" for name, value in options.items()
              if re.search(rf"\b{re.escape(name)}\b", message)]
     return f"{', '.join(named)}: {message}" if named else message

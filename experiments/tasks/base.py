@@ -34,6 +34,8 @@ class Task(abc.ABC):
       from ``split_generator(seed, split)``, independent of the training stream (``seed``). The loop
       calls it in evaluation mode without gradients; models are called as ``logits, _ = model(tokens)``.
     * ``train_metrics(loss)``: how the training loss (mean nats per scored position) is recorded.
+    * ``train_length``: the longest T of a training batch, which bounds a step's memory (the
+      default draws one batch of one sequence; a task whose T varies gives its maximum).
     * ``selection_key`` (optional, a class attribute): the validation metric that model selection
       minimises, over a run's evaluations (the best checkpoint, whose test metrics are reported) and
       over a sweep's learning rates (``experiments.tuning``). The default, None, keeps the last model.
@@ -72,6 +74,12 @@ class Task(abc.ABC):
     def train_metrics(self, loss):
         """``{"train_loss": loss}`` (nats); a task may report it in other units."""
         return {"train_loss": loss}
+
+    @property
+    def train_length(self):
+        """The longest T of a training batch ``[batch, T]``: here that of one drawn batch."""
+        inputs, _ = self.train_batch(np.random.default_rng(self.seed), 1, 0)
+        return inputs.shape[1]
 
 
 def model_device(model):

@@ -68,6 +68,10 @@ class LengthGeneralizationTask(Task):
     def sample(self, generator, batch, length):
         """NumPy ``(inputs, targets)``, int64 ``[batch, length]``."""
 
+    @property
+    def train_length(self):
+        return self.config.train_max_length
+
     def train_batch(self, generator, batch, step):
         config = self.config
         longest = curriculum_length(step, config.train_min_length, config.train_max_length, config.curriculum_steps)

@@ -145,6 +145,24 @@ class LanguageModelling(Task):
     def __init__(self, config, seed):
         super().__init__(config, seed)
         self.data = load_dataset(config.dataset)
+        self._check_windows()
+
+    def _check_windows(self):
+        """Refuse, before any training, a window that no split or evaluation can hold (naming the flags)."""
+        length, window = self.config.length, self.config.length + 1
+        if self.config.eval_tokens < length:
+            raise ValueError(f"--length {length} needs windows of {window} tokens, but --eval-tokens "
+                             f"{self.config.eval_tokens} evaluates on {self.config.eval_tokens + 1}: raise "
+                             f"--eval-tokens to at least {length} or lower --length")
+        for split, stream in self.data.streams.items():
+            if len(stream) < window:
+                raise ValueError(f"--length {length} needs windows of {window} tokens, but the {split} split of "
+                                 f"--dataset {self.config.dataset} has {len(stream)}: use --length {len(stream) - 1} "
+                                 "or less")
+        pieces, test = self.config.carried_streams, len(self.data.streams["test"])
+        if pieces and (test - 1) // pieces < 1:
+            raise ValueError(f"--carried-streams {pieces} cuts the test split of --dataset {self.config.dataset} "
+                             f"({test} tokens) into pieces of no token: use at most {test - 1}")
 
     @property
     def vocab_size(self):
