@@ -109,7 +109,8 @@ EXECUTORS = ("local", "ray")
 
 def _run_stage(runs, out, record, workers, executor, known=None):
     """Run the pending ``runs`` into ``out``; write ``out/<record>`` and return ``{name: status}``
-    (``known``: statuses decided without running)."""
+    (``known``: statuses decided without running). A stage that trains nothing leaves an existing
+    record as it is, so re-running a finished sweep changes no file."""
     out.mkdir(parents=True, exist_ok=True)
     status = {**(known or {}), **{run.name: {"name": run.name, "status": "skipped (complete)"} for run in runs
                                   if (out / run.name / "final.json").exists()}}
@@ -118,7 +119,8 @@ def _run_stage(runs, out, record, workers, executor, known=None):
     results = _run_on_ray(pending, out, threads) if executor == "ray" else _run_on_pool(pending, out, workers, threads)
     status.update({result["name"]: result for result in results})
     status = {name: status[name] for name in [*(known or {}), *(run.name for run in runs)]}
-    (out / record["file"]).write_text(json.dumps({"sweep": record["source"], "runs": status}, indent=2))
+    if pending or not (out / record["file"]).exists():
+        (out / record["file"]).write_text(json.dumps({"sweep": record["source"], "runs": status}, indent=2))
     return status
 
 

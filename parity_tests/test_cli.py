@@ -63,3 +63,13 @@ def test_an_unknown_option_is_one_line_of_error_and_exit_code_2(module):
     assert code == 2
     message = [line for line in err.splitlines() if not line.startswith(("usage:", " "))]
     assert len(message) == 1 and message[0].startswith(f"python -m {ENTRY_POINTS[module]}: error: "), err
+
+
+@pytest.mark.parametrize("module", list(ENTRY_POINTS))
+def test_no_command_writes_into_the_committed_results_unless_told_to(module):
+    """A default ``--out`` never lies under experiments/results/ (the committed results are written
+    there only by a command that names it)."""
+    _, text, _ = call(module, ["--help"])
+    block = re.search(r"^  --out\b(.*?)(?=^  -|\Z)", text, re.MULTILINE | re.DOTALL)
+    default = re.search(r"\(default: (\S+?)\)", " ".join(block.group(1).split())) if block else None
+    assert default is None or not default.group(1).startswith("experiments/results"), default.group(1)

@@ -65,6 +65,16 @@ def test_sweep_runs_skips_and_survives_a_failure_and_the_report_summarizes(tmp_p
     assert arm_of("o-rnn-seed12") == "o-rnn"
 
 
+def test_running_a_finished_sweep_again_changes_no_file(tmp_path):
+    sweep = tmp_path / "done.py"
+    sweep.write_text(SWEEP.replace('RUNS.append(SweepRun("broken-seed0"', '_ = (SweepRun("broken-seed0"'))
+    out = tmp_path / "runs"
+    assert {s["status"] for s in run_sweep(sweep, out, workers=1).values()} == {"done"}
+    files = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert {s["status"] for s in run_sweep(sweep, out, workers=1).values()} == {"skipped (complete)"}
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == files
+
+
 def kill_the_worker_holding(lock, stop):
     """SIGKILL the child process of this one that holds ``lock`` open (a run's run.lock: it is training it)."""
     while not stop.is_set():

@@ -1,9 +1,9 @@
 """``python -m experiments.bench [--quick] [--threads 1 2]``: every benchmark, ratios measured in one run.
 
 Prints one line per benchmark (ratio, and target met or missed; ``info`` for the information rows,
-which have no target) and saves them with the machine's description to
-``experiments/results/bench/bench.json`` (``bench_quick.json`` with ``--quick``, small shapes for a
-smoke test). ``--threads 1 2`` runs the whole suite once per torch thread count, each into its own
+which have no target) and saves them with the machine's description to ``--out``/``bench.json``
+(default ``runs/bench``; the committed ones are in ``experiments/results/bench``; ``bench_quick.json``
+with ``--quick``, small shapes for a smoke test). ``--threads 1 2`` runs the whole suite once per torch thread count, each into its own
 ``bench_threadsN.json``. Never used as a timed test.
 """
 
@@ -28,7 +28,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small shapes and few repetitions (smoke test)")
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), default=sorted(BENCHMARKS),
                         help="the benchmarks to run")
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"), help="the directory of the results")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"),
+                        help="the directory of the results (the committed ones: experiments/results/bench)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:k]; a CUDA run writes bench_cuda.json")
     parser.add_argument("--threads", type=int, nargs="+", default=None,
                         help="torch threads for every contender, one suite per value (default: torch's; "

@@ -4,7 +4,7 @@ A sync-free copy of ``manifold_impl.linalg.expm``'s float32 scheme (the degree-1
 polynomial, one fixed s for the whole batch, passed as a constant so the graph has no data-
 dependent branch; backward derived by AOTAutograd) is compiled and timed forward + backward
 against ``torch.linalg.matrix_exp`` and our eager ``expm``, batch 64, float32, n ∈ {8, 16, 32},
-alternating in one process. Saves ``experiments/results/bench/compile_probe.json``
+alternating in one process. Saves ``--out``/``compile_probe.json``
 (``compile_probe_quick.json`` with ``--quick``). A probe, not a
 library path: the fixed s makes it exact only for the batch it was chosen for.
 """
@@ -73,7 +73,8 @@ def run(sizes=(8, 16, 32), repeats=30):
 def main(argv=None):
     parser = CommandParser("experiments.bench.compile_probe", __doc__)
     parser.add_argument("--quick", action="store_true", help="n = 4 only, few repetitions (smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"), help="the directory of the results")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"),
+                        help="the directory of the results (the committed ones: experiments/results/bench)")
     args = parser.parse_args(argv)
     rows = run(sizes=(4,), repeats=2) if args.quick else run()
     out = args.out

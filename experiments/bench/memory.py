@@ -2,7 +2,7 @@
 (``loop``, ``fused``) against rebuilding them in reverse (``fused`` with ``keep_state_every``), and
 the float32 gradient error of the rebuilding mode.
 
-    python -m experiments.bench.memory [--quick]   # -> experiments/results/bench/memory.json
+    python -m experiments.bench.memory [--quick] [--out DIR]   # -> DIR/memory.json (default runs/bench)
 
 Each (recurrence, length) runs one forward and backward pass of the cell (O(16), batch 8, the
 loss Σ_t ‖H_t‖²) in a fresh process, on the CPU, one thread, and reports from Linux's
@@ -106,7 +106,8 @@ def run(quick=False):
 def main(argv=None):
     parser = CommandParser("experiments.bench.memory", __doc__)
     parser.add_argument("--quick", action="store_true", help="short lengths (a smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"), help="the directory of the results")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"),
+                        help="the directory of the results (the committed ones: experiments/results/bench)")
     parser.add_argument("--child", nargs=3, metavar=("MODE", "LENGTH", "RECURRENT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

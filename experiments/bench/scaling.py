@@ -3,7 +3,8 @@ for O(n) and U(n). ``python -m experiments.bench.scaling [--quick]``.
 
 A recurrent model's cost per token should not grow with the length; the exponential and the state
 products make it grow with n (about n³ per token). Writes ``scaling.json`` (the measured points and
-the settings) and ``scaling.png`` (two panels) to ``experiments/results/bench/``.
+the settings) and ``scaling.png`` (two panels) to ``--out`` (default ``runs/bench``; the committed
+ones are in ``experiments/results/bench``).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def plot(record, path):
 def main(argv=None):
     parser = CommandParser("experiments.bench.scaling", __doc__)
     parser.add_argument("--quick", action="store_true", help="small shapes, one repetition (smoke test)")
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/bench"), help="the directory of the results")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"),
+                        help="the directory of the results (the committed ones: experiments/results/bench)")
     args = parser.parse_args(argv)
     record = measure(args.quick)
     args.out.mkdir(parents=True, exist_ok=True)

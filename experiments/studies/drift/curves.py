@@ -89,8 +89,8 @@ def main(argv=None):
     parser.add_argument("--reproject-every", type=int, default=100, help="k of the re-projected curve")
     parser.add_argument("--record-every", type=int, default=500, help="steps between recorded points")
     parser.add_argument("--seed", type=int, default=0, help="seeds the models and their inputs")
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/drift"),
-                        help="the directory of drift.json and drift.png")
+    parser.add_argument("--out", type=Path, default=Path("runs/drift"),
+                        help="the directory of drift.json and drift.png (the committed ones: experiments/results/drift)")
     args = parser.parse_args(argv)
     runs = {}
     for group in tqdm(COMPACT, desc="groups"):

@@ -119,8 +119,9 @@ def analyse(out, runs=None, words=WORDS, length=LENGTH):
 
 def main(argv=None):
     parser = CommandParser("experiments.studies.state_tracking.words_probe", __doc__)
-    parser.add_argument("--out", type=Path, default=Path("experiments/results/state_tracking/words_probe"),
-                        help="the directory of the runs and the figure")
+    parser.add_argument("--out", type=Path, default=Path("runs/state_tracking/words_probe"),
+                        help="the directory of the runs and the figure (the committed ones: "
+                             "experiments/results/state_tracking/words_probe)")
     parser.add_argument("--steps", type=int, default=STEPS, help="training steps of each run")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
