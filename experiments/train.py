@@ -26,9 +26,9 @@ import torch
 from tqdm import tqdm
 
 from experiments.analysis.diagnostics import DIAGNOSTIC_PREFIXES, dynamics, gradient_norms
-from experiments.cli import OptionError, OptionParser, add_config_options, name_options, refuse
+from experiments.cli import OptionError, OptionParser, add_config_options, name_options, refuse, value_parser
 from experiments.models import MODEL_CONFIGS, build_model
-from experiments.params_budget import count_parameters
+from experiments.params_budget import SEARCHABLE, count_parameters, size_to_budget
 from experiments.provenance import git_revision, write_provenance
 from experiments.sweeps import load_sweep
 from experiments.tasks import task_class, task_classes
@@ -44,7 +44,7 @@ SCHEDULES = ("constant", "cosine")
 RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device")
 MAP_LRS = ("n_aware", "plain")
 USAGE = "%(prog)s (--model M [--task T] | --preset SWEEP/RUN | --resume DIR) [--option value ...] [-h]"
-RUN_OPTIONS = ("model", "task", "run_dir", "resume", "preset")  # the command line's options that are no config field
+RUN_OPTIONS = ("model", "task", "run_dir", "resume", "preset", "params")  # the command line's options that are no config field
 LOCK_FILE = "run.lock"  # held by the process training in a run directory
 DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
 DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
@@ -149,8 +149,9 @@ def _option_fields(model, task):
     return owners
 
 
-def build_config(model, task, options):
-    """The RunConfig of ``model`` on ``task`` with ``options`` (``{field: value}``, typed), validated.
+def build_config(model, task, options, params=None):
+    """The RunConfig of ``model`` on ``task`` with ``options`` (``{field: value}``, typed), validated;
+    with ``params``, the model's free size fields sized to that budget (``sized_model``).
 
     Raises:
         ValueError: an unknown model, task or option, or a value its config refuses.
@@ -164,14 +165,40 @@ def build_config(model, task, options):
             raise ValueError(f"unknown option '--{name.replace('_', '-')}': not a field of TrainConfig, of the "
                              f"{task} task's config or of the {model} config ({sorted(owners)})")
         parts[owners[name][0]][name] = value
+    sized = SEARCHABLE.get(MODEL_CONFIGS[model], ()) if params is not None else ()
     required = [field.name for field in dataclasses.fields(MODEL_CONFIGS[model]) if field.name != "vocab_size"
-                and field.default is dataclasses.MISSING and field.name not in options]
+                and field.default is dataclasses.MISSING and field.name not in options and field.name not in sized]
     if required:
         raise ValueError(f"--model {model} needs " + " and ".join(f"--{name.replace('_', '-')}" for name in required))
     train = TrainConfig(model=model, task=task, **parts["train"])
     task_config = task_class(task).Config(**parts["task"])
     vocab_size = task_class(task)(task_config, train.seed).vocab_size
+    if params is not None:
+        return RunConfig(train, task_config, sized_model(model, vocab_size, parts["model"], params))
     return RunConfig(train, task_config, MODEL_CONFIGS[model](vocab_size=vocab_size, **parts["model"]))
+
+
+SIZE_PLACEHOLDER = 64  # the value of a required size field before the search sets it (a multiple of any head count)
+
+
+def sized_model(model, vocab_size, options, params):
+    """The config of ``model`` with ``options`` whose free size fields (``params_budget.SEARCHABLE``,
+    those ``options`` do not fix) give ``params`` parameters within ±2% (``size_to_budget``)."""
+    config_class = MODEL_CONFIGS[model]
+    if config_class not in SEARCHABLE:
+        sizable = [name for name, cls in MODEL_CONFIGS.items() if cls in SEARCHABLE]
+        raise ValueError(f"--params sizes the models {', '.join(sizable)}; size --model {model} with its own options")
+    free = tuple(name for name in SEARCHABLE[config_class] if name not in options)
+    if not free:
+        raise ValueError(f"--params sets {' and '.join('--' + n.replace('_', '-') for n in SEARCHABLE[config_class])} "
+                         "itself: give at most one of them with it")
+    placeholders = {field.name: SIZE_PLACEHOLDER for field in dataclasses.fields(config_class)
+                    if field.name in free and field.default is dataclasses.MISSING}
+    template = config_class(vocab_size=vocab_size, **placeholders, **options)
+    try:
+        return size_to_budget(template, params, free=free)
+    except ValueError as error:
+        raise ValueError(f"--params {params}: {error}") from error
 
 
 def step_memory_floor(config, length):
@@ -665,6 +692,9 @@ def build_parser(model=None, task=None, options=True):
                              "runs/<model>-<task>-seed<seed>, or runs/<SWEEP>/<RUN> for --preset SWEEP/RUN)")
     run_options.add_argument("--resume", type=Path, default=None, help="continue the run in this directory")
     run_options.add_argument("--preset", default=None, help="SWEEP/RUN: one training run of a sweep preset or file")
+    run_options.add_argument("--params", type=value_parser(int), default=None,
+                             help="size the model to this many parameters (±2%%; its free size fields, "
+                                  "experiments.params_budget.SEARCHABLE, that no option fixes)")
     if options:
         add_config_options(parser, TrainConfig, "training (TrainConfig)", excluded=("model", "task"))
         task_config = task_class(task).Config
@@ -742,7 +772,8 @@ def main(argv=None, prog=None):
     Every ``--key value`` (or ``--key=value``; ``--flag``/``--no-flag`` for booleans; ``1e3`` for
     integers) sets a field of ``TrainConfig`` (``--lr 1e-3``), of the task's config
     (``--dataset ptb_char``, ``--length 64``) or of the model's config (``--n 16``); the three share no
-    field name, and ``--model M [--task T] --help`` lists them all (``build_parser``). Every refusal of
+    field name, and ``--model M [--task T] --help`` lists them all (``build_parser``). ``--params N``
+    sizes the model to N parameters (``sized_model``; the sizes it chose are in ``config.json``). Every refusal of
     the command line comes before any work, as one argparse-style line (``prog``: the command it names,
     for a wrapper's own) and exit code 2. ``--preset SWEEP/RUN`` takes model, task and options
     from run RUN of a sweep (``experiments.sweeps``), at its arm's chosen rate where the sweep has
@@ -801,12 +832,13 @@ def configure(argv):
         if args.model or args.resume:
             raise OptionError("--preset replaces --model and --task, and cannot resume")
         argv = [*preset_argv(args.preset), *rest, *([] if args.task is None else ["--task", args.task]),
-                *([] if args.run_dir is None else ["--run-dir", str(args.run_dir)])]
+                *([] if args.run_dir is None else ["--run-dir", str(args.run_dir)]),
+                *([] if args.params is None else ["--params", str(args.params)])]
         default_directory = preset_run_dir(args.preset)
         args, rest = build_parser(options=False).parse_known_args(argv)
     if args.resume is not None:
-        if args.model or args.task or args.run_dir:
-            raise OptionError("--resume DIR takes the run's model, task and directory from DIR")
+        if args.model or args.task or args.run_dir or args.params:
+            raise OptionError("--resume DIR takes the run's model, task, size and directory from DIR")
         if "-h" in rest or "--help" in rest:
             saved = RunConfig.from_json(json.loads((args.resume / "config.json").read_text()))
             build_parser(saved.train.model, saved.train.task).parse_args(["--help"])
@@ -820,7 +852,7 @@ def configure(argv):
         raise OptionError("--model is required (or --resume DIR, or --preset SWEEP/RUN)")
     options = parse_options(args.model, task, rest)
     try:
-        config = build_config(args.model, task, options)
+        config = build_config(args.model, task, options, args.params)
     except (ValueError, TypeError) as error:
         raise OptionError(name_options(str(error), options)) from error
     check_memory(config)

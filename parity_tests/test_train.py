@@ -85,7 +85,9 @@ def test_the_run_directory_records_the_run(tmp_path):
     assert [m["step"] for m in metrics(directory)] == [2, 4]
     final = json.loads((directory / "final.json").read_text())
     assert final["drift"] < 1e-5 and final["parameters"] > 0 and final["test_bits_per_token"] > 0
-    assert "already holds a run" in refusal([*ARGS, "--run-dir", str(directory)])
+    assert refusal([*ARGS, "--run-dir", str(directory)]) == (
+        f"{directory} already holds a run; continue it with --resume {directory}, or choose another directory "
+        "with --run-dir")
 
 
 def refusal(argv):
@@ -143,6 +145,27 @@ def test_a_step_that_needs_more_memory_than_the_device_has_is_refused_before_tra
     assert "more than the 1.0 GiB of --device cpu" in got and not (tmp_path / "x").exists()
     monkeypatch.setattr(train, "device_memory", lambda device: 2 ** 40)
     assert train.configure(argv)[0].train.batch == 512
+
+
+@pytest.mark.parametrize("argv, sized", [
+    (["--model", "lstm", "--params", "1e5"], {}),
+    (["--model", "gpt", "--params", "200000", "--num-heads", "2"], {"num_heads": 2}),
+    (["--model", "group_rnn", "--group", "O", "--n", "8", "--params", "5e4"], {"n": 8}),  # n fixed: the width moves
+], ids=["lstm", "gpt", "group_rnn-fixed-n"])
+def test_params_sizes_the_model_to_a_budget_from_the_command_line(argv, sized, tmp_path):
+    from experiments.params_budget import TOLERANCE, parameter_count
+
+    config = train.configure([*argv, "--dataset", "ptb_char", "--run-dir", str(tmp_path / "x")])[0]
+    budget = int(float(argv[argv.index("--params") + 1]))
+    assert abs(parameter_count(config.model) - budget) <= TOLERANCE * budget
+    assert all(getattr(config.model, key) == value for key, value in sized.items())
+
+
+def test_params_refuses_what_it_cannot_size(tmp_path):
+    argv = ["--dataset", "ptb_char", "--params", "1e5", "--run-dir", str(tmp_path / "x")]
+    assert refusal(["--model", "mlstm", *argv]).startswith("--params sizes the models group_rnn")
+    assert refusal(["--model", "lstm", "--hidden-size", "8", "--embedding-dim", "8", *argv]) == (
+        "--params sets --hidden-size and --embedding-dim itself: give at most one of them with it")
 
 
 def test_the_command_line_takes_key_equals_value_bare_and_negated_booleans_and_1e3_for_integers():
@@ -338,7 +361,7 @@ def test_a_resume_refuses_an_edited_config(tmp_path, part, field, value):
     (["--lr", "5"], "a resume cannot change '--lr'"),
     (["--group", "O"], "a resume cannot change '--group'"),
     (["--steps", "3"], None),
-    (["--model", "lstm"], "--resume DIR takes the run's model, task and directory from DIR"),
+    (["--model", "lstm"], "--resume DIR takes the run's model, task, size and directory from DIR"),
 ], ids=["unknown", "lr", "group", "fewer-steps", "model"])
 def test_a_resume_refuses_options_it_cannot_honour(tmp_path, pairs, message):
     directory = short_run(tmp_path / "run")
