@@ -425,19 +425,40 @@ def load_checkpoint_file(path, device):
 
 
 class Progress:
-    """Training progress on ``stream``: a tqdm bar on a terminal, otherwise one plain line per evaluation."""
+    """Training progress on ``stream``: a tqdm bar on a terminal (the training metrics and the last
+    validation score beside it), otherwise one plain line per evaluation. Either way a first line says
+    what runs (``start``), and a second, after the first step, how long the rest should take.
+    """
 
-    def __init__(self, name, total, initial, stream=None):
+    def __init__(self, name, total, initial, stream=None, selection_key=None):
         self.name, self.total, self.stream = name, total, sys.stderr if stream is None else stream
+        self.initial, self.selection_key, self.validation = initial, selection_key, {}
         self.bar = tqdm(total=total, initial=initial, desc=name, unit="step", file=self.stream) \
             if self.stream.isatty() else None
 
-    def step(self, loss, tokens_per_second):
+    def _line(self, text):
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def start(self, description):
+        self._line(f"{self.name}: {description}")
+
+    def step(self, step, metrics, tokens_per_second, seconds):
+        """After ``step`` (1-based), with the task's training ``metrics`` and ``seconds`` since the start."""
+        if step == self.initial + 1 and self.total is not None and step < self.total:
+            left = self.total - step
+            self._line(f"{self.name}: the first step took {seconds:.2f} s; the {left} left should take about "
+                       f"{_duration(seconds * left)} (more with evaluations)")
         if self.bar is not None:
             self.bar.update()
-            self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_second:.0f}")
+            shown = {key: f"{value:.3f}" for key, value in {**metrics, **self.validation}.items()}
+            self.bar.set_postfix(**shown, tok_s=f"{tokens_per_second:.0f}")
 
     def evaluation(self, record, tokens_per_second):
+        if self.selection_key in record:
+            self.validation = {self.selection_key: record[self.selection_key]}
         if self.bar is None:
             values = " ".join(f"{k} {v:.4g}" for k, v in record.items()
                               if k != "step" and isinstance(v, float) and not k.startswith(DIAGNOSTIC_PREFIXES))
@@ -448,6 +469,11 @@ class Progress:
     def close(self):
         if self.bar is not None:
             self.bar.close()
+
+
+def _duration(seconds):
+    """``42 s``, ``3.5 min`` or ``1.2 h``."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 class Run:
@@ -555,11 +581,20 @@ class Run:
         self.model.train()
         return metrics
 
+    def description(self):
+        """One line of what this run trains: model, size, task, steps, batch, device and precision."""
+        train, task = self.train, self.config.task
+        data = f" on {task.dataset}" if getattr(task, "dataset", None) else ""
+        return (f"{train.model} ({count_parameters(self.model):,} parameters), task {train.task}{data}, steps "
+                f"{self.step + 1}–{train.steps} of batch {train.batch}, {train.device} {train.dtype}")
+
     def fit(self, deadline=None):
         """Train to ``train.steps`` (or until ``time.perf_counter()`` passes ``deadline``); tokens/s."""
         train = self.train
         start, tokens = time.perf_counter(), 0
-        progress = Progress(self.directory.name, train.steps if deadline is None else None, self.step)
+        progress = Progress(self.directory.name, train.steps if deadline is None else None, self.step,
+                            selection_key=self.task.selection_key)
+        progress.start(self.description())
         while self.step < train.steps and (deadline is None or time.perf_counter() < deadline):
             inputs, targets = self.task.train_batch(self.rng, train.batch, self.step)
             logits, _ = self.model(inputs.to(train.device))
@@ -580,8 +615,9 @@ class Run:
             self.optimizers.step()
             self.step += 1
             tokens += inputs.numel()
-            rate = tokens / (time.perf_counter() - start)
-            progress.step(loss.item(), rate)
+            elapsed = time.perf_counter() - start
+            rate = tokens / elapsed
+            progress.step(self.step, self.task.train_metrics(loss.item()), rate, elapsed)
             if evaluating:
                 record = {"step": self.step, **self.task.train_metrics(loss.item()), **self.evaluate("valid"),
                           "drift": group_drift(self.model), **gradients, **self.diagnose()}

@@ -168,6 +168,23 @@ def test_params_refuses_what_it_cannot_size(tmp_path):
         "--params sets --hidden-size and --embedding-dim itself: give at most one of them with it")
 
 
+def test_the_progress_bar_shows_the_training_metrics_and_the_last_validation_score():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    progress = train.Progress("r", 4, 0, stream=stream, selection_key="valid_bits")
+    progress.start("what runs")
+    progress.step(1, {"train_bits": 3.0}, 100.0, 0.5)
+    progress.evaluation({"step": 1, "train_bits": 3.0, "valid_bits": 2.5}, 100.0)
+    progress.step(2, {"train_bits": 2.9}, 100.0, 1.0)
+    progress.close()
+    text = stream.getvalue()
+    assert "r: what runs" in text and "the first step took 0.50 s; the 3 left should take about 2 s" in text
+    assert "train_bits=2.900" in text and "valid_bits=2.500" in text
+
+
 def test_the_command_line_takes_key_equals_value_bare_and_negated_booleans_and_1e3_for_integers():
     options = train.parse_options("group_rnn", "lm", ["--steps=1e3", "--no-recurrent", "--n=16", "--clip", "none",
                                                       "--lr", "3e-4", "--dataset=ptb_char"])
@@ -461,14 +478,18 @@ def test_a_full_disk_is_an_error_naming_the_path_and_leaves_no_temporary_file(tm
     assert not list(directory.glob("*.tmp")) and not (directory / "checkpoint.pt").exists()
 
 
-def test_progress_is_one_plain_line_per_evaluation_off_a_terminal(tmp_path, capsys):
+def test_progress_off_a_terminal_says_what_runs_how_long_it_should_take_then_one_line_per_evaluation(
+        tmp_path, capsys):
     assert train.main([*ARGS[:-10], "--steps", "6", "--eval-every", "3", "--checkpoint-every", "6",
                        "--eval-tokens", "100", "--run-dir", str(tmp_path / "run")]) == 0
     err = capsys.readouterr().err
     assert "\r" not in err
     lines = err.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("run step 3/6 train_bits ") and "valid_bits" in lines[1]
-    assert "tokens/s" in lines[0]
+    assert len(lines) == 4
+    assert lines[0].startswith("run: group_rnn (") and "parameters), task lm on ptb_char, steps 1–6 of batch" in lines[0]
+    assert lines[1].startswith("run: the first step took ") and "the 5 left should take about" in lines[1]
+    assert lines[2].startswith("run step 3/6 train_bits ") and "valid_bits" in lines[3]
+    assert "tokens/s" in lines[2]
 
 
 def test_device_auto_is_resolved_when_the_run_starts(tmp_path, monkeypatch):
