@@ -292,7 +292,7 @@ REPORTS = {"lm": lm_report, "recall": recall_report.report}  # other tasks: metr
 
 def main(argv=None):
     parser = CommandParser("experiments.report", __doc__)
-    parser.add_argument("directory", type=Path, help="the sweep's output directory (its OUT)")
+    parser.add_argument("directory", type=Path, help="the sweep's directory (its --out)")
     args = parser.parse_args(argv)
     print(report(args.directory))
     return 0

@@ -157,7 +157,7 @@ def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
     runs = loaded.runs
     if loaded.needs_cuda and not torch.cuda.is_available() and not allow_cpu:
         raise RuntimeError(f"{loaded.name}: no CUDA device. {loaded.needs_cuda} Pass --allow-cpu to start anyway.")
-    out = Path(out) if out is not None else Path(loaded.out or Path("runs") / loaded.name)
+    out = Path(out) if out is not None else Path("runs") / loaded.name
     record, known = {"file": f"sweep-{loaded.name}.json", "source": loaded.source}, {}
     if loaded.tuning is not None:
         search = tuning.tuning_runs(runs, loaded.tuning)
@@ -192,9 +192,9 @@ def main(argv=None):
     shared out as on the pool. The run directories must be on storage every node sees.
 
     A sweep that sets ``TUNING`` chooses each arm's learning rate on validation first: its search
-    runs go to ``DIR/tune/`` and the choice to ``DIR/chosen_rates.json`` (``experiments.tuning``); a
-    sweep's ``OUT`` replaces the default directory. With ``TUNING.stability_margin`` each arm's first
-    run trains first, and an arm whose first run diverged moves to its next-best rate (its runs at the
+    runs go to ``DIR/tune/`` and the choice to ``DIR/chosen_rates.json`` (``experiments.tuning``). A
+    study's committed results (its sweep's ``OUT``) are written only when ``--out`` names them. With
+    ``TUNING.stability_margin`` each arm's first run trains first, and an arm whose first run diverged moves to its next-best rate (its runs at the
     diverged rate go to ``DIR/diverged/``) before the other runs start.
 
     A sweep may set ``NEEDS_CUDA = "why"``: without a CUDA device the sweep then stops before
@@ -203,7 +203,7 @@ def main(argv=None):
     """
     parser = CommandParser("experiments.sweep", __doc__)
     parser.add_argument("sweep", help=f"a sweep file or module, or a preset: {', '.join(sorted(PRESETS))}")
-    parser.add_argument("--out", type=Path, default=None, help="the sweep's directory (default: its OUT)")
+    parser.add_argument("--out", type=Path, default=None, help="the sweep's directory (default: runs/<sweep>; a study's committed results only when named here)")
     parser.add_argument("--workers", type=int, default=2, help="runs trained at once")
     parser.add_argument("--allow-cpu", action="store_true", help="start a sweep that asks for CUDA on the CPU")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",

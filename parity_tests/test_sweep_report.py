@@ -75,6 +75,18 @@ def test_running_a_finished_sweep_again_changes_no_file(tmp_path):
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == files
 
 
+def test_a_sweep_without_out_writes_under_runs_not_into_its_studys_results(tmp_path, monkeypatch):
+    import experiments.sweep
+
+    sweep = tmp_path / "study.py"
+    sweep.write_text(SWEEP + 'OUT = "experiments/results/study"\n')
+    stages = []
+    monkeypatch.setattr(experiments.sweep, "_run_stage", lambda runs, out, *args, **kwargs: stages.append(out) or {
+        run.name: {"name": run.name, "status": "done"} for run in runs})
+    run_sweep(sweep, workers=1)
+    assert stages == [Path("runs") / "study"]
+
+
 def kill_the_worker_holding(lock, stop):
     """SIGKILL the child process of this one that holds ``lock`` open (a run's run.lock: it is training it)."""
     while not stop.is_set():

@@ -62,12 +62,12 @@ def main(argv=None):
     parser.add_argument("sweep", help=f"a sweep file or module, or a preset: {', '.join(sorted(PRESETS))}")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds of training per arm and turn")
     parser.add_argument("--rounds", type=int, default=4, help="timed turns per arm, after one warm-up turn")
-    parser.add_argument("--out", type=Path, default=None, help="the JSON file (default: <sweep's OUT>/speed.json)")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON file (default: runs/<sweep>/speed.json)")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.rounds < 1:
         parser.error("--seconds must be positive and --rounds at least 1")
     loaded = load_sweep(args.sweep)
-    out = args.out or Path(loaded.out or Path("runs") / loaded.name) / "speed.json"
+    out = args.out or Path("runs") / loaded.name / "speed.json"
     speeds = measure(loaded.runs, args.seconds, args.rounds)
     for arm, speed in speeds.items():
         print(f"{arm:>20} {speed['tokens_per_second']:10,.0f} tokens/s  {speed['ratio_to_first']:.3f}× {next(iter(speeds))}")

@@ -1,7 +1,8 @@
 """Sweep presets and sweep loading. A sweep is a module that defines ``RUNS``, a list of
 ``experiments.sweep_run.SweepRun`` with unique names, and optionally ``NEEDS_CUDA = "why"``,
 ``TUNING`` (an ``experiments.sweep_run.Tuning``: choose each arm's learning rate on validation
-first, see ``experiments.tuning``) and ``OUT`` (its default output directory).
+first, see ``experiments.tuning``) and ``OUT`` (where its committed results are: ``--preset`` reads
+the chosen rates there; commands write there only when ``--out`` names it).
 
 A sweep is named by a preset (``PRESETS``: a study's preset module), a dotted module name, or the
 path of a Python file (imported as a module of its own).
@@ -27,7 +28,7 @@ PRESETS = {"charlm-ptb": "experiments.studies.charlm_early.charlm_ptb",
 
 class Sweep(NamedTuple):
     """A loaded sweep: ``name`` (its file stem), ``source`` (what named it), ``runs``, ``needs_cuda``
-    ('' if not), ``tuning`` (a Tuning, or None: the runs' own rates) and ``out`` (None: ``runs/<name>``)."""
+    ('' if not), ``tuning`` (a Tuning, or None: the runs' own rates) and ``out`` (its committed results, or None)."""
 
     name: str
     source: str

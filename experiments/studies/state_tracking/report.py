@@ -210,7 +210,7 @@ def report(directory):
 
 def main(argv=None):
     parser = CommandParser("experiments.studies.state_tracking.report", __doc__)
-    parser.add_argument("directory", type=Path, help="the sweep's output directory (its OUT)")
+    parser.add_argument("directory", type=Path, help="the sweep's directory (its --out)")
     print(report(parser.parse_args(argv).directory))
     return 0
 
