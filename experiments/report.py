@@ -294,6 +294,8 @@ def main(argv=None):
     parser = CommandParser("experiments.report", __doc__)
     parser.add_argument("directory", type=Path, help="the sweep's directory (its --out)")
     args = parser.parse_args(argv)
+    with parser.refusals():
+        finished_runs(args.directory)
     print(report(args.directory))
     return 0
 

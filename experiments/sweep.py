@@ -211,10 +211,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
-    try:
+    with parser.refusals(FileNotFoundError, RuntimeError):  # an unknown sweep, or no CUDA: before any run
         status = run_sweep(args.sweep, args.out, args.workers, args.allow_cpu, args.executor)
-    except (FileNotFoundError, RuntimeError) as error:
-        parser.exit(2, f"error: {error}\n")
     failed = [name for name, s in status.items() if s["status"] == "failed"]
     print(json.dumps({"runs": len(status), "failed": failed}))
     return 1 if failed else 0

@@ -74,3 +74,20 @@ def test_no_command_writes_into_the_committed_results_unless_told_to(module):
     default = re.search(r"\(default: ([^)]*)\)", " ".join(block.group(1).split())) if block else None
     written = "" if default is None else default.group(1)
     assert not written.startswith("experiments/results") and "OUT" not in written, written  # OUT: a study's results
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("experiments.report", ["{missing}"]),
+    ("experiments.studies.state_tracking.report", ["{missing}"]),
+    ("experiments.studies.charlm_v2.claims", ["{missing}"]),
+    ("experiments.studies.charlm_v2.context_probe", ["{missing}", "--out", "{missing}/out"]),
+    ("experiments.studies.charlm_v2.state_spectrum", ["{missing}", "--out", "{missing}/out"]),
+    ("experiments.sweep", ["no-such-sweep"]),
+    ("experiments.bench.study_speed", ["no-such-sweep"]),
+])
+def test_inputs_that_are_not_there_are_one_line_of_error_and_exit_code_2(module, argv, tmp_path):
+    code, _, err = call(module, [a.format(missing=tmp_path / "missing") for a in argv])
+    assert code == 2
+    message = [line for line in err.splitlines() if not line.startswith(("usage:", " "))]
+    assert len(message) == 1 and message[0].startswith(f"python -m {ENTRY_POINTS[module]}: error: "), err
+    assert not (tmp_path / "missing").exists()

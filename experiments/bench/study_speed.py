@@ -66,7 +66,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.rounds < 1:
         parser.error("--seconds must be positive and --rounds at least 1")
-    loaded = load_sweep(args.sweep)
+    with parser.refusals(FileNotFoundError, ValueError):
+        loaded = load_sweep(args.sweep)
     out = args.out or Path("runs") / loaded.name / "speed.json"
     speeds = measure(loaded.runs, args.seconds, args.rounds)
     for arm, speed in speeds.items():

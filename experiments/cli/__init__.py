@@ -11,6 +11,7 @@ every refusal before any work and ``refuse`` prints it as argparse does (one lin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
 import re
@@ -48,6 +49,15 @@ class CommandParser(argparse.ArgumentParser):
     def __init__(self, module, doc, **kwargs):
         super().__init__(prog=f"python -m {module}", description=doc.split("\n\n")[0].replace("``", ""),
                          formatter_class=DefaultsHelpFormatter, allow_abbrev=False, **kwargs)
+
+    @contextlib.contextmanager
+    def refusals(self, *errors):
+        """Inside, an exception of ``errors`` (default ValueError, TypeError, OSError) is argparse's
+        one-line refusal with exit code 2: for the checks a command makes before any work."""
+        try:
+            yield
+        except errors or (ValueError, TypeError, OSError) as error:
+            self.error(" ".join(str(error).split()))
 
 
 class OptionParser(argparse.ArgumentParser):

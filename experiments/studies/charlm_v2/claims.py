@@ -414,7 +414,10 @@ def main(argv=None):
     parser = CommandParser("experiments.studies.charlm_v2.claims", __doc__)
     parser.add_argument("directory", type=Path, nargs="?", default=DEFAULT_DIR,
                         help=f"the study's results (default: {DEFAULT_DIR})")
-    print(claims(parser.parse_args(argv).directory))
+    directory = parser.parse_args(argv).directory
+    if not any(any((directory / folder).glob("*/final.json")) for folder in DATASET_FOLDERS):
+        parser.error(f"no finished runs under any of {[str(directory / folder) for folder in DATASET_FOLDERS]}")
+    print(claims(directory))
     return 0
 
 

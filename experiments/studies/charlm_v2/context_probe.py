@@ -271,6 +271,8 @@ def main(argv=None):
     parser.add_argument("directories", nargs="+", type=Path, help="finished runs (with best.pt)")
     parser.add_argument("--out", type=Path, required=True, help="the directory of the results")
     args = parser.parse_args(argv)
+    with parser.refusals():
+        runs_with_best(args.directories, "the context probe")
     record = probe(args.directories, args.out)
     for name, run in record["runs"].items():
         print(name, "lags:", " ".join(f"{a:.3f}" for a in run["accuracy"]), "| bits:",

@@ -182,6 +182,9 @@ def main(argv=None):
     parser.add_argument("--streams", type=int, default=STREAMS, help="validation streams per run")
     parser.add_argument("--blowup", action="store_true", help="replay runs stopped by a NaN loss to their failing step")
     args = parser.parse_args(argv)
+    if not args.blowup:
+        with parser.refusals():
+            runs_with_best(args.directories, "the state spectrum")
     if args.blowup:
         record = {str(directory): trace_blowup(directory) for directory in args.directories}
         args.out.mkdir(parents=True, exist_ok=True)

@@ -211,7 +211,10 @@ def report(directory):
 def main(argv=None):
     parser = CommandParser("experiments.studies.state_tracking.report", __doc__)
     parser.add_argument("directory", type=Path, help="the sweep's directory (its --out)")
-    print(report(parser.parse_args(argv).directory))
+    directory = parser.parse_args(argv).directory
+    with parser.refusals():
+        load(directory)
+    print(report(directory))
     return 0
 
 
