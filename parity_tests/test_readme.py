@@ -54,6 +54,11 @@ def test_the_readme_training_lines_train_and_resume(tmp_path, monkeypatch):
         if "--resume" in args:  # continue the first line's run, as the README does
             assert train.main(["--resume", str(first), "--steps", "4"]) == 0
             continue
+        if "--help" in args:
+            with pytest.raises(SystemExit) as stop:
+                train.main(args)
+            assert stop.value.code == 0
+            continue
         directory = tmp_path / f"run{index}"
         assert train.main(with_small_steps(args) + ["--run-dir", str(directory)]) == 0, args
         assert (directory / "final.json").exists()
