@@ -32,6 +32,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from manifold_impl.draws import drawing_device, normal_
 from manifold_impl.groups import get_group
 from manifold_impl.linalg import dagger
 from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_precision, group_parameter
@@ -63,20 +64,21 @@ def spread_updates(group, count, generator=None, dtype=None, device=None):
     if not group.is_compact:
         raise ValueError(f"spread_updates needs a compact group, got {group!r}")
     n, real = group.n, torch.float64 if dtype is None else dtype
-    factory = {"dtype": real, "device": device}
+    factory = {"dtype": real, "device": drawing_device(generator, device)}  # drawn there, then moved
     if not group.is_complex:
         size = getattr(group, "block", n)
         frame_group = get_group("O", size)
         angles = math.pi * torch.rand((count, n // size, size // 2), generator=generator, **factory)
         frames = frame_group.random((count, n // size), generator=generator, **factory)
         algebra = frames @ _plane_rotations(angles, size) @ frames.transpose(-1, -2)
-        return frame_group.vee(algebra).reshape(count, group.dim), angles.reshape(count, -1)
+        return frame_group.vee(algebra).reshape(count, group.dim).to(device), angles.reshape(count, -1).to(device)
     angles = math.pi * torch.rand((count, n // 2 if group.name == "SU" else n), generator=generator, **factory)
     if group.name == "T":
-        return angles, angles
+        return angles.to(device), angles.to(device)
     phases = angles if group.name == "U" else torch.cat([angles, -angles, angles.new_zeros(count, n % 2)], dim=-1)
     frames = get_group("U", n).random((count,), generator=generator, **factory)
-    return group.vee((frames * torch.complex(torch.zeros_like(phases), phases)[..., None, :]) @ dagger(frames)), angles
+    coordinates = group.vee((frames * torch.complex(torch.zeros_like(phases), phases)[..., None, :]) @ dagger(frames))
+    return coordinates.to(device), angles.to(device)
 
 
 def fit_input_map(embedding, weight, targets):
@@ -112,10 +114,10 @@ class GroupRNNCell(GroupModule):
         drive = drive_scale(self.group)
         with torch.no_grad():
             self.initial_state.copy_(self.group.identity(dtype=self.input_map.weight.dtype))
-        nn.init.normal_(self.input_map.weight, std=drive / math.sqrt(features * dim), generator=generator)
+        normal_(self.input_map.weight, std=drive / math.sqrt(features * dim), generator=generator)
         nn.init.zeros_(self.input_map.bias)
         if self.state_map is not None:
-            nn.init.normal_(self.state_map.weight, std=RECURRENT_GAIN * drive / math.sqrt(n * dim),
+            normal_(self.state_map.weight, std=RECURRENT_GAIN * drive / math.sqrt(n * dim),
                             generator=generator)
         self.mixing.reset_parameters(generator)
 
@@ -454,7 +456,7 @@ class GroupRNN(GroupModule):
     def reset_parameters(self, generator=None):
         """The reference's initial distributions (reference.group_rnn.GroupRNN.init_params), ``spread``
         included: its input map fitted after the default draws, from the same generator."""
-        nn.init.normal_(self.embedding.weight, generator=generator)
+        normal_(self.embedding.weight, generator=generator)
         self.cell.reset_parameters(generator)
         self.readout.reset_parameters(generator)
         if self.config.input_init == "spread":

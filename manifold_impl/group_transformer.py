@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from manifold_impl.draws import normal_
 from manifold_impl.group_rnn import drive_scale
 from manifold_impl.groups import get_group
 from manifold_impl.linalg import realvec
@@ -63,7 +64,7 @@ class GroupEmbedding(GroupModule):
         with torch.no_grad():
             self.tokens.copy_(self.group.random((self.config.vocab_size,), generator=generator,
                                                 dtype=self.position_generator.dtype, device=generator.device))
-        nn.init.normal_(self.position_generator, std=position_scale(self.group), generator=generator)
+        normal_(self.position_generator, std=position_scale(self.group), generator=generator)
 
     def forward(self, tokens, position=0):
         generator = self.position_generator
@@ -87,9 +88,9 @@ class AlgebraAttention(nn.Module):
 
     def reset_parameters(self, generator=None):
         n, dim, heads = self.group.n, self.group.dim, self.config.num_heads
-        nn.init.normal_(self.query.weight, std=1.0 / math.sqrt(n), generator=generator)
-        nn.init.normal_(self.key.weight, std=1.0 / math.sqrt(n), generator=generator)
-        nn.init.normal_(self.value.weight, std=drive_scale(self.group) / math.sqrt(n * dim * heads),
+        normal_(self.query.weight, std=1.0 / math.sqrt(n), generator=generator)
+        normal_(self.key.weight, std=1.0 / math.sqrt(n), generator=generator)
+        normal_(self.value.weight, std=drive_scale(self.group) / math.sqrt(n * dim * heads),
                         generator=generator)
         self.mixing.reset_parameters(generator)
 
@@ -128,7 +129,7 @@ class SimilarityAttention(nn.Module):
 
     def reset_parameters(self, generator=None):
         n, heads = self.group.n, self.config.num_heads
-        nn.init.normal_(self.inverse_temperature, mean=1.0 / math.sqrt(n), std=0.5 / math.sqrt(n),
+        normal_(self.inverse_temperature, mean=1.0 / math.sqrt(n), std=0.5 / math.sqrt(n),
                         generator=generator)
         nn.init.constant_(self.step, drive_scale(self.group) / heads)
         self.mixing.reset_parameters(generator)
@@ -169,9 +170,9 @@ class FeedForward(nn.Module):
 
     def reset_parameters(self, generator=None):
         n, dim, width = self.group.n, self.group.dim, self.config.feedforward_width
-        nn.init.normal_(self.hidden.weight, std=1.0 / math.sqrt(n), generator=generator)
+        normal_(self.hidden.weight, std=1.0 / math.sqrt(n), generator=generator)
         nn.init.zeros_(self.hidden.bias)
-        nn.init.normal_(self.output.weight, std=drive_scale(self.group) / math.sqrt(width * dim), generator=generator)
+        normal_(self.output.weight, std=drive_scale(self.group) / math.sqrt(width * dim), generator=generator)
         nn.init.zeros_(self.output.bias)
         self.mixing.reset_parameters(generator)
 

@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from manifold_impl.draws import drawing_device
 from manifold_impl.linalg import (
     dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
     special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
@@ -137,8 +138,9 @@ class Group:
     def random_algebra(self, batch_shape=(), *, generator, scale=1.0, dtype=None, device=None):
         batch_shape = _check_batch_shape(batch_shape)
         real = _REAL_OF.get(self.element_dtype(dtype), self.element_dtype(dtype))
-        c = scale * torch.randn(batch_shape + (self.dim,), generator=generator, dtype=real, device=device)
-        return self.hat(c).to(self.element_dtype(dtype))
+        c = scale * torch.randn(batch_shape + (self.dim,), generator=generator, dtype=real,
+                                device=drawing_device(generator, device))
+        return self.hat(c.to(device)).to(self.element_dtype(dtype))
 
     # ---- the group ------------------------------------------------------------------------
     def mul(self, x, y):
@@ -157,7 +159,7 @@ class Group:
 
     def random(self, batch_shape=(), *, generator, dtype=None, device=None):
         batch_shape = _check_batch_shape(batch_shape)
-        return self._haar(batch_shape, generator, self.element_dtype(dtype), device)
+        return self._haar(batch_shape, generator, self.element_dtype(dtype), drawing_device(generator, device)).to(device)
 
     def _haar(self, batch_shape, generator, dtype, device):
         raise NotImplementedError

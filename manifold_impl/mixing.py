@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from manifold_impl.draws import normal_
+
 
 class TangentMixing(nn.Module):
     """mix(c) = α c + P (Qᵀ c) on coordinates ``c: [..., dim]``."""
@@ -26,7 +28,7 @@ class TangentMixing(nn.Module):
             nn.init.ones_(self.step_size)
         if self.mode == "lowrank":
             nn.init.zeros_(self.left)
-            nn.init.normal_(self.right, std=1.0 / math.sqrt(self.dim), generator=generator)
+            normal_(self.right, std=1.0 / math.sqrt(self.dim), generator=generator)
 
     def forward(self, c):
         if self.mode == "none":

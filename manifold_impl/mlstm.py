@@ -36,6 +36,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from manifold_impl.draws import normal_
 from manifold_impl.validation import check_cache, check_tokens
 from reference.config import (MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR, MLSTMConfig,
                               model_config)
@@ -176,7 +177,7 @@ class HeadwiseLinear(nn.Module):
                                                dtype=dtype))
 
     def reset_parameters(self, generator=None):
-        nn.init.normal_(self.weight, std=self.std, generator=generator)
+        normal_(self.weight, std=self.std, generator=generator)
 
     def forward(self, x):
         blocks = x.view(*x.shape[:-1], -1, self.blocksize)  # [..., D/b, b]
@@ -193,8 +194,8 @@ class CausalConv1d(nn.Module):
 
     def reset_parameters(self, generator=None):
         std = 1.0 / math.sqrt(3 * self.kernel)
-        nn.init.normal_(self.conv.weight, std=std, generator=generator)
-        nn.init.normal_(self.conv.bias, std=std, generator=generator)
+        normal_(self.conv.weight, std=std, generator=generator)
+        normal_(self.conv.bias, std=std, generator=generator)
 
     def forward(self, x, history=None):
         """``x: [B, T, D]``, ``history: [B, K−1, D]`` (None: zeros) -> (y ``[B, T, D]``, new history)."""
@@ -284,7 +285,7 @@ class MLSTMCell(nn.Module):
 
     def reset_parameters(self, generator=None):
         nn.init.zeros_(self.igate.weight)
-        nn.init.normal_(self.igate.bias, std=0.1, generator=generator)
+        normal_(self.igate.bias, std=0.1, generator=generator)
         nn.init.zeros_(self.fgate.weight)
         with torch.no_grad():
             self.fgate.bias.copy_(torch.linspace(3.0, 6.0, self.config.num_heads, dtype=self.fgate.bias.dtype))
@@ -341,11 +342,11 @@ class MLSTMLayer(nn.Module):
 
     def reset_parameters(self, generator=None):
         width = self.config.embedding_dim
-        nn.init.normal_(self.proj_up.weight, std=math.sqrt(2.0 / (5.0 * width)), generator=generator)
+        normal_(self.proj_up.weight, std=math.sqrt(2.0 / (5.0 * width)), generator=generator)
         for module in (self.q_proj, self.k_proj, self.v_proj, self.conv1d, self.mlstm_cell):
             module.reset_parameters(generator)
         nn.init.ones_(self.learnable_skip)
-        nn.init.normal_(self.proj_down.weight, std=2.0 / math.sqrt(width), generator=generator)
+        normal_(self.proj_down.weight, std=2.0 / math.sqrt(width), generator=generator)
 
     def forward(self, x, state=None):
         """``x: [B, T, d]``, ``state``: MLSTMState or None -> (y ``[B, T, d]``, MLSTMState)."""
@@ -387,11 +388,11 @@ class MLSTM(nn.Module):
     def reset_parameters(self, generator=None):
         """The reference's initial distributions (reference.mlstm.MLSTM.param_spec)."""
         small = math.sqrt(2.0 / (5.0 * self.config.embedding_dim))
-        nn.init.normal_(self.embedding.weight, std=small, generator=generator)
+        normal_(self.embedding.weight, std=small, generator=generator)
         self.norm.reset_parameters(generator)
         self.layer.reset_parameters(generator)
         self.post_norm.reset_parameters(generator)
-        nn.init.normal_(self.head.weight, std=small, generator=generator)
+        normal_(self.head.weight, std=small, generator=generator)
         nn.init.zeros_(self.head.bias)
 
     def forward(self, tokens, cache=None):

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from manifold_impl.draws import normal_
 from manifold_impl.manifolds import GroupModule, group_parameter
 
 
@@ -26,7 +27,7 @@ class LinearReadout(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size, device=device, dtype=dtype))
 
     def reset_parameters(self, generator=None):
-        nn.init.normal_(self.weight, std=1.0 / math.sqrt(self.group.n), generator=generator)
+        normal_(self.weight, std=1.0 / math.sqrt(self.group.n), generator=generator)
         nn.init.zeros_(self.bias)
 
     def forward(self, states):

@@ -16,6 +16,7 @@ REFERENCE_ONLY_MODULES = {
     "params",  # parameter specs; torch keeps parameters in nn.Module state instead
 }
 TORCH_ONLY_MODULES = {
+    "draws",  # draws on the generator's device (the reference has one device)
     "manifolds",  # geoopt adapters
 }
 REFERENCE_ONLY_NAMES = {
