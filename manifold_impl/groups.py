@@ -84,22 +84,34 @@ class Group:
         the pairs into a zero matrix.
         """
         return _gather_matrix(torch.cat([c.new_zeros(*c.shape[:-1], 1), c, -c], dim=-1) / math.sqrt(2),
-                              self._pair_index(skew=True), self.n)
+                              self._pair_index(True, c.device), self.n)
 
-    def _pair_index(self, skew):
-        """``[n²]`` positions into [0, v, ±v]: entry (i, j) of the k-th pair reads v_k at 1 + k,
-        entry (j, i) reads 1 + p + k (skew: −v_k) or 1 + k (symmetric); everything else 0."""
-        key = "_skew_index" if skew else "_symmetric_index"
-        if not hasattr(self, key):
+    def _cached(self, key, build):
+        """``build()`` computed once per ``key``: the index tensors, masks and bases the algebra reads,
+        kept on each device they are used on, so no call copies or rebuilds them."""
+        cache = self.__dict__.setdefault("_constants", {})
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
+
+    def _pair_index(self, skew, device):
+        """``[n²]`` positions into [0, v, ±v] on ``device``: entry (i, j) of the k-th pair reads v_k at
+        1 + k, entry (j, i) reads 1 + p + k (skew: −v_k) or 1 + k (symmetric); everything else 0."""
+        def build():
             pairs, n = self._rows.numel(), self.n
             index = torch.zeros(n * n, dtype=torch.long)
             index[self._rows * n + self._cols] = torch.arange(1, pairs + 1)
             index[self._cols * n + self._rows] = torch.arange(1, pairs + 1) + (pairs if skew else 0)
-            setattr(self, key, index)
-        return getattr(self, key)
+            return index.to(device)
+        return self._cached(("pair_index", skew, torch.device(device)), build)
+
+    def _pairs(self, device):
+        """The pairs (i, j), i < j, as two index tensors on ``device``."""
+        return self._cached(("pairs", torch.device(device)), lambda: (self._rows.to(device), self._cols.to(device)))
 
     def vee(self, a):
-        return math.sqrt(2) * a.real[..., self._rows, self._cols]
+        rows, cols = self._pairs(a.device)
+        return math.sqrt(2) * a.real[..., rows, cols]
 
     def exp(self, a):
         return expm(a)
@@ -111,13 +123,10 @@ class Group:
 
     def _support_index(self, device):
         """``_support()`` on ``device``, computed once per device."""
-        if not hasattr(self, "_support_on"):
-            self._support_on = {}
-        key = str(device)
-        if key not in self._support_on:
+        def build():
             support = self._support()
-            self._support_on[key] = None if support is None else support.to(device)
-        return self._support_on[key]
+            return None if support is None else support.to(device)
+        return self._cached(("support", torch.device(device)), build)
 
     @property
     def num_features(self):
@@ -204,6 +213,24 @@ class Group:
         return self._structure_failure(x, atol) if x.numel() else None
 
     def _structure_failure(self, x, atol):
+        return None
+
+    def _violation(self, x, atol=None):
+        """Whether any matrix of ``x: [..., n, n]`` (shape and dtype already valid) fails
+        ``is_member``: a 0-dim bool tensor on x's device, so a caller pays one host read for any
+        number of checks (``_check_on_groups``); ``is_member`` says why."""
+        x = x.detach()
+        if not x.numel():
+            return torch.zeros((), dtype=torch.bool, device=x.device)
+        atol = default_atol(_REAL_OF.get(x.dtype, x.dtype), self.n) if atol is None else atol
+        bad = ~torch.isfinite(x).all()
+        if self.is_compact:
+            bad = bad | (self.distance(x).amax() > atol)
+        structure = self._structure_violation(x, atol)
+        return bad if structure is None else bad | structure
+
+    def _structure_violation(self, x, atol):
+        """The structure test of ``_structure_failure`` as a 0-dim bool tensor (None: no structure)."""
         return None
 
     # ---- the manifold ---------------------------------------------------------------------
@@ -322,7 +349,7 @@ def _orthogonal_exp(a):
 
 def _gather_matrix(values, index, n):
     """``values[..., index]`` as ``[..., n, n]`` (index on values' device)."""
-    return values.index_select(-1, index.to(values.device)).unflatten(-1, (n, n))
+    return values.index_select(-1, index).unflatten(-1, (n, n))
 
 
 class Orthogonal(Group):
@@ -354,10 +381,12 @@ class SpecialOrthogonal(Orthogonal):
         sign = torch.sign(torch.linalg.det(q))
         return torch.cat([q[..., :, :1] * sign[..., None, None], q[..., :, 1:]], dim=-1)
 
+    def _structure_violation(self, x, atol):
+        return (torch.linalg.det(x) < 0).any()
+
     def _structure_failure(self, x, atol):
-        det = torch.linalg.det(x)
-        if (det < 0).any():
-            return f"det(x) = {det.min().item():.3g} < 0: x is in O(n) but not in SO(n)"
+        if self._structure_violation(x, atol):
+            return f"det(x) = {torch.linalg.det(x).min().item():.3g} < 0: x is in O(n) but not in SO(n)"
         return None
 
     def nearest(self, m):
@@ -383,8 +412,8 @@ class Unitary(Group):
         n, p = self.n, self.n * (self.n - 1) // 2
         diagonal, re, im = c[..., : c.shape[-1] - 2 * p], c[..., -2 * p:][..., :p], c[..., -p:]
         zero = c.new_zeros(*c.shape[:-1], 1)
-        real = _gather_matrix(torch.cat([zero, re, -re], dim=-1) / math.sqrt(2), self._pair_index(skew=True), n)
-        imaginary = _gather_matrix(torch.cat([zero, im], dim=-1) / math.sqrt(2), self._pair_index(skew=False), n)
+        real = _gather_matrix(torch.cat([zero, re, -re], dim=-1) / math.sqrt(2), self._pair_index(True, c.device), n)
+        imaginary = _gather_matrix(torch.cat([zero, im], dim=-1) / math.sqrt(2), self._pair_index(False, c.device), n)
         return torch.complex(real, imaginary + torch.diag_embed(self._diagonal_values(diagonal)))
 
     def _diagonal_values(self, c):
@@ -392,7 +421,8 @@ class Unitary(Group):
         return c
 
     def vee(self, a):
-        upper = math.sqrt(2) * a[..., self._rows, self._cols]
+        rows, cols = self._pairs(a.device)
+        upper = math.sqrt(2) * a[..., rows, cols]
         return torch.cat([self._diagonal_coordinates(a), upper.real, upper.imag], dim=-1)
 
     def proj(self, m):
@@ -415,7 +445,8 @@ class SpecialUnitary(Unitary):
         return self.n * self.n - 1
 
     def _helmert(self, like):
-        return sum_zero_basis(self.n, dtype=like.real.dtype, device=like.device)  # [n, n-1]
+        dtype, device = like.real.dtype, like.device
+        return self._cached(("helmert", dtype, device), lambda: sum_zero_basis(self.n, dtype=dtype, device=device))
 
     def _diagonal_coordinates(self, a):
         return super()._diagonal_coordinates(a) @ self._helmert(a)
@@ -437,14 +468,20 @@ class SpecialUnitary(Unitary):
         u = super()._haar(batch_shape, generator, dtype, device)
         return u / (torch.linalg.det(u) ** (1.0 / self.n))[..., None, None]
 
+    def _determinant_error(self, x):
+        return (torch.linalg.det(x) - 1.0).abs()
+
+    def _structure_violation(self, x, atol):
+        return self._determinant_error(x).amax() > atol
+
     def _structure_failure(self, x, atol):
-        err = (torch.linalg.det(x) - 1.0).abs().max().item()
+        err = self._determinant_error(x).max().item()
         if err > atol:
             return f"det(x) is not 1: max |det(x) - 1| = {err:.3g} > atol = {atol:.3g}"
         return None
 
     def defect(self, x):
-        return torch.maximum(self.distance(x), (torch.linalg.det(x) - 1.0).abs())
+        return torch.maximum(self.distance(x), self._determinant_error(x))
 
     def _unit_determinant(self, x):
         phase = torch.linalg.det(x).angle()
@@ -491,6 +528,9 @@ class Torus(Group):
         real = _REAL_OF[dtype]
         theta = 2 * math.pi * torch.rand(batch_shape + (self.n,), generator=generator, dtype=real, device=device)
         return torch.diag_embed(torch.polar(torch.ones_like(theta), theta))
+
+    def _structure_violation(self, x, atol):
+        return (x - torch.diag_embed(diagonal(x))).abs().amax() > atol
 
     def _structure_failure(self, x, atol):
         err = (x - torch.diag_embed(diagonal(x))).abs().max().item()
@@ -553,7 +593,7 @@ class BlockOrthogonal(Group):
         return ((j * b + r) * n + j * b + c).flatten()
 
     def proj(self, m):
-        return skew(m.real) * self.mask.to(m.real.dtype).to(m.device)
+        return skew(m.real) * self._mask(m.device, m.real.dtype)
 
     def exp(self, a):
         """On the [..., k, b, b] blocks, in closed form for b = 2, 3.
@@ -572,8 +612,18 @@ class BlockOrthogonal(Group):
         k, b = self.n // self.block, self.block
         return from_blocks(phase_fixed_qr(self._randn(batch_shape + (k, b, b), generator, dtype, device)))
 
+    def _mask(self, device, dtype):
+        """``mask`` (1 on the blocks, 0 elsewhere: ``[n, n]``) as ``dtype`` on ``device``."""
+        return self._cached(("mask", dtype, device), lambda: self.mask.to(device=device, dtype=dtype))
+
+    def _off_blocks(self, x):
+        return x * (1 - self._mask(x.device, x.dtype))
+
+    def _structure_violation(self, x, atol):
+        return self._off_blocks(x).abs().amax() > atol
+
     def _structure_failure(self, x, atol):
-        err = (x * (1 - self.mask.to(x.dtype).to(x.device))).abs().max().item()
+        err = self._off_blocks(x).abs().max().item()
         if err > atol:
             return f"not block-diagonal: max off-block |x_ij| = {err:.3g} > atol = {atol:.3g}"
         return None
@@ -633,9 +683,15 @@ class GeneralLinear(Group):
         spread = torch.exp(self.RANDOM_LOG_SPREAD * self._randn(batch_shape + (1, self.n), generator, dtype, device))
         return (left * spread) @ right
 
+    def _singular(self, s, atol):
+        return (s[..., -1] <= atol * s[..., 0].clamp(min=1.0)).any()
+
+    def _structure_violation(self, x, atol):
+        return self._singular(torch.linalg.svdvals(x), atol)
+
     def _structure_failure(self, x, atol):
         s = torch.linalg.svdvals(x)
-        if (s[..., -1] <= atol * s[..., 0].clamp(min=1.0)).any():
+        if self._singular(s, atol):
             return f"singular: smallest singular value {s[..., -1].min().item():.3g} <= atol·max(1, σ_max)"
         return None
 

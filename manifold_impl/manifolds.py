@@ -150,9 +150,13 @@ class GroupModule(torch.nn.Module):
 
         Only geoopt's Riemannian optimizers keep a ``ManifoldParameter`` on its group; any other
         torch optimizer (AdamW, SGD, ...) steps it along the ambient gradient and off the group.
-        The models call this once per forward call, never inside the recurrence.
+        The models call this once per forward call, never inside the recurrence: one host read for
+        all parameters, and the explanation only when one is off.
         """
-        for name, param in self._group_parameters():
+        params = self._group_parameters()
+        if not params or not torch.stack([param.manifold.group._violation(param) for _, param in params]).any():
+            return
+        for name, param in params:
             group = param.manifold.group
             ok, reason = group.is_member(param.detach(), explain=True)
             if not ok:

@@ -26,7 +26,7 @@ def check_tokens(tokens, vocab_size):
     if tokens.numel() == 0:
         raise ValueError(f"token ids are empty: shape {tuple(tokens.shape)}")
     low, high = torch.aminmax(tokens)
-    if low < 0 or high >= vocab_size:  # one host sync, before any work
+    if ((low < 0) | (high >= vocab_size)).item():  # one host read, before any work
         bad = int(low) if low < 0 else int(high)
         raise ValueError(f"token id {bad} is out of range [0, {vocab_size})")
     return tokens

@@ -1,6 +1,14 @@
-"""Models built on a device other than their generator's: every draw happens on the generator's
-device and is copied, as CUDA requires (a CPU generator cannot fill a CUDA tensor). The meta device
-stands in for CUDA, and a dispatch mode refuses what CUDA would."""
+"""Models on a device other than the CPU, with the meta device standing in for CUDA.
+
+Every draw happens on the generator's device and is copied, as CUDA requires (a CPU generator cannot
+fill a CUDA tensor). The recurrence makes the host wait nowhere: no value read back, no device-to-host
+copy and no blocking host-to-device copy per time step, forward or backward; the per-forward checks
+(token ids, parameters on their groups) cost one read each. On the meta device a CPU operand that is
+not a scalar already fails, as on CUDA.
+"""
+
+import collections
+import traceback
 
 import pytest
 import torch
@@ -26,6 +34,47 @@ class DrawsOnTheGeneratorsDevice(TorchDispatchMode):
                 devices.add(torch.device(kwargs["device"]))
             assert devices <= {generator.device}, f"{func}: a {generator.device} generator fills a tensor on {devices}"
         return func(*args, **kwargs)
+
+
+class HostWaits(TorchDispatchMode):
+    """Counts, by source line, what makes the host wait for a meta tensor: a value read back
+    (``.item()``, ``bool()``: answered 0 or False, the answer of a check that passes), a copy to the
+    host (``.tolist()``, ``.cpu()``: answered with zeros) and a blocking copy from the host."""
+
+    def __init__(self):
+        super().__init__()
+        self.waits = collections.Counter()
+
+    def _count(self, kind):
+        frames = [frame for frame in traceback.extract_stack()[:-2]
+                  if "site-packages" not in frame.filename and "test_devices" not in frame.filename]
+        where = f"{frames[-1].filename.rsplit('/', 2)[-1]}:{frames[-1].lineno}" if frames else "?"
+        self.waits[f"{kind} at {where}"] += 1
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
+            self._count("a read")
+            return False if args[0].dtype == torch.bool else 0
+        if func is torch.ops.aten._to_copy.default:
+            source, target = args[0].device.type, torch.device(kwargs.get("device") or args[0].device).type
+            if (source, target) == ("meta", "cpu"):
+                self._count("a copy to the host")
+                return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
+            if (source, target) == ("cpu", "meta") and not kwargs.get("non_blocking"):
+                self._count("a blocking copy from the host")
+        if (func is torch.ops.aten.copy_.default and args[1].device.type == "cpu" and args[0].device.type == "meta"
+                and not (args[2:] and args[2])):
+            self._count("a blocking copy from the host")
+        return func(*args, **kwargs)
+
+
+def test_the_count_sees_every_kind_of_host_wait():
+    x = torch.ones(3, device="meta")
+    with HostWaits() as mode:
+        x.sum().item(), bool(x[0] > 0), x.tolist(), torch.ones(3).to("meta"), x.copy_(torch.ones(3))
+        torch.ones(3).to("meta", non_blocking=True)
+    assert sum(mode.waits.values()) == 5, mode.waits
 
 
 def test_the_check_refuses_a_cpu_generator_filling_a_tensor_elsewhere():
@@ -64,3 +113,30 @@ def test_the_other_models_build_on_another_device_than_their_generator(kind):
     with DrawsOnTheGeneratorsDevice():
         model = OTHERS[kind](device="meta", generator=torch.Generator().manual_seed(0))
     assert {p.device.type for p in model.parameters()} == {"meta"}
+
+
+def _waits_of_a_training_step(model, length):
+    """Host waits of one forward and backward pass over ``[2, length]`` tokens on the meta device."""
+    tokens = torch.zeros(2, length, dtype=torch.long, device="meta")
+    with HostWaits() as mode:
+        out = model(tokens)
+        (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+    return mode.waits
+
+
+# groups whose exponential is elementwise or in closed form (the general one reads back its squarings)
+CLOSED_FORMS = [("O", 2), ("SO", 3), ("SU", 2), ("T", 16), ("BO", 8)]
+
+
+RECURRENCES = {"fused": {}, "loop": {"recurrence": "loop"}, "scan": {"recurrence": "scan", "recurrent": False},
+               "rebuilt": {"keep_state_every": 2}, "reprojected": {"reproject_every": 2}}
+
+
+@pytest.mark.parametrize("group, n", CLOSED_FORMS)
+@pytest.mark.parametrize("recurrence", list(RECURRENCES))
+def test_a_group_rnn_makes_the_host_wait_once_per_check_and_never_per_time_step(group, n, recurrence):
+    model = GroupRNN(vocab_size=7, group=group, n=n, embedding_dim=3, **RECURRENCES[recurrence], device="meta",
+                     generator=torch.Generator().manual_seed(0))
+    _waits_of_a_training_step(model, 2)  # the first call puts the group's index tensors on the device
+    waits = _waits_of_a_training_step(model, 6)
+    assert waits == collections.Counter({"a read at validation.py:29": 1, "a read at manifolds.py:157": 1}), waits
