@@ -140,3 +140,22 @@ def test_a_group_rnn_makes_the_host_wait_once_per_check_and_never_per_time_step(
     _waits_of_a_training_step(model, 2)  # the first call puts the group's index tensors on the device
     waits = _waits_of_a_training_step(model, 6)
     assert waits == collections.Counter({"a read at validation.py:29": 1, "a read at manifolds.py:157": 1}), waits
+
+
+ATTENTION_AND_BASELINES = {
+    "group_transformer": lambda **kw: GroupTransformer(vocab_size=7, group="T", n=4, num_layers=1, **kw),
+    "group_transformer_similarity": lambda **kw: GroupTransformer(vocab_size=7, group="BO", n=4, num_layers=1,
+                                                                  attention="similarity", **kw),
+    "mlstm_ns": lambda **kw: MLSTM(vocab_size=7, embedding_dim=16, num_heads=2, read="ns", **kw),
+    **OTHERS,
+}
+
+
+@pytest.mark.parametrize("kind", list(ATTENTION_AND_BASELINES))
+def test_the_other_models_make_the_host_wait_once_per_check_and_never_per_position(kind):
+    model = ATTENTION_AND_BASELINES[kind](device="meta", generator=torch.Generator().manual_seed(0))
+    _waits_of_a_training_step(model, 2)
+    checks = collections.Counter({"a read at validation.py:29": 1})
+    if kind.startswith("group"):
+        checks["a read at manifolds.py:157"] = 1
+    assert _waits_of_a_training_step(model, 6) == checks
