@@ -83,9 +83,13 @@ _DEGREE = {torch.float32: 12, torch.float64: 18}
 _TABLE = {12: _T12, 18: _T18}
 _THETA = {torch.float32: _truncation_theta(12, 2.0 ** -24), torch.float64: _truncation_theta(18, 2.0 ** -53)}
 _MAX_SQUARINGS = 1100  # beyond any finite float64 norm; larger s means a non-finite input
+# Squarings on a device other than the CPU, where reading s back would stall the host: every call
+# runs this many, each matrix masked to its own s; α up to θ·2^10 (≈ 1600 in float32, 1170 in
+# float64, rotation angles no trained recurrence takes in one step) is exact, beyond it the result is NaN.
+_DEVICE_SQUARINGS = 10
 
 
-def expm(a: torch.Tensor) -> torch.Tensor:
+def expm(a: torch.Tensor, fixed_squarings: bool | None = None) -> torch.Tensor:
     """Matrix exponential of ``a: [..., n, n]`` by scaling and squaring a Taylor polynomial.
 
     Each matrix gets its own s: b = a 2^-s, the Taylor polynomial of b of degree m is evaluated
@@ -119,11 +123,18 @@ def expm(a: torch.Tensor) -> torch.Tensor:
     fraction of the cost of ``torch.linalg.matrix_exp``'s backward (an exponential of the
     2n × 2n block matrix [[aᴴ, g], [0, aᴴ]]). Second derivatives raise.
 
+    Squarings without a host read. On the CPU the loop runs to the largest s, read back (free
+    there); elsewhere (``fixed_squarings``, default: on any device but the CPU) it runs
+    ``_DEVICE_SQUARINGS`` times, so a call never waits for the device, and a matrix that needs more
+    gives NaN instead of an inexact result (a training loop's finiteness check sees it). Both give
+    the same bits for every matrix within the bound: the extra squarings are masked per matrix.
+
     Why not ``torch.linalg.matrix_exp``: besides speed, in torch 2.13, float64, a batch of shape
     () or (1,) of norm ≈ 0.04 loses five digits (errors ≈ 1e-11 instead of 1e-16, while batches
     of two and more are exact); the group contract tests batch shapes () and (1,).
     """
-    return _TaylorExp.apply(a)
+    fixed = a.device.type != "cpu" if fixed_squarings is None else fixed_squarings
+    return _TaylorExp.apply(a, fixed)
 
 
 def _norms(x):
@@ -238,7 +249,7 @@ class _TaylorExp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, a):
+    def forward(ctx, a, fixed):
         shape = a.shape
         a = a.reshape(-1, shape[-2], shape[-1])
         real = a.real.dtype if a.is_complex() else a.dtype
@@ -252,8 +263,11 @@ class _TaylorExp(torch.autograd.Function):
         squarings = (pre + torch.ceil(torch.log2(alpha / _THETA[real])))
         squarings = squarings.nan_to_num(nan=0.0, posinf=0.0).clamp(min=0.0, max=_MAX_SQUARINGS)
         factor = torch.exp2(pre - squarings)  # f, [N, 1, 1]
-        most, least = (int(x) for x in torch.stack([squarings.max(), squarings.min()]).tolist()) \
-            if a.numel() else (0, 0)
+        if fixed:  # no read-back: _DEVICE_SQUARINGS for all, NaN where a matrix needs more
+            most, least = _DEVICE_SQUARINGS, 0
+        else:
+            most, least = (int(x) for x in torch.stack([squarings.max(), squarings.min()]).tolist()) \
+                if a.numel() else (0, 0)
         f = factor.to(a.dtype)
         b, b_square = a * f, square * f * f  # one factor at a time: f³ may overflow where b³ does not
         cube_b = cube * f * f * f
@@ -278,6 +292,8 @@ class _TaylorExp(torch.autograd.Function):
         ctx.least, ctx.degree = least, degree
         result = increments[-1].clone()
         result.diagonal(dim1=-2, dim2=-1).add_(1.0)
+        if fixed:
+            result = torch.where(squarings > _DEVICE_SQUARINGS, torch.nan, result)
         return result.reshape(shape)
 
     @staticmethod
@@ -306,7 +322,7 @@ class _TaylorExp(torch.autograd.Function):
         grad_square = torch.baddbmm(grad_square, grad_cube, b_h)
         grad_b = torch.baddbmm(grad_b, dagger(b_square), grad_cube)
         grad_b = torch.baddbmm(torch.baddbmm(grad_b, grad_square, b_h), b_h, grad_square)
-        return (grad_b * torch.exp2(-squarings).to(grad_b.dtype)).reshape(shape)  # b = a 2^-s
+        return (grad_b * torch.exp2(-squarings).to(grad_b.dtype)).reshape(shape), None  # b = a 2^-s
 
 
 def polar(m: torch.Tensor) -> torch.Tensor:
