@@ -264,7 +264,7 @@ class LSTMLanguageModel(_BaselineLM):
     def forward(self, tokens, cache=None):
         """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``LSTMCache``); ``cache``: that of an
         earlier call, to continue its sequences (None: zero state, position 0)."""
-        tokens = check_tokens(tokens, self.config.vocab_size)
+        tokens = check_tokens(tokens, self.config.vocab_size, next(self.parameters()).device)
         state, position = None, 0
         if cache is not None:
             cache = check_cache(cache, LSTMCache)
@@ -376,7 +376,7 @@ class GPTLanguageModel(_BaselineLM):
         """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``GPTCache``); ``cache``: that of an
         earlier call, to continue its sequences (None: position 0). With learned positions,
         positions past ``max_length`` are refused."""
-        tokens = check_tokens(tokens, self.config.vocab_size)
+        tokens = check_tokens(tokens, self.config.vocab_size, next(self.parameters()).device)
         past_keys, past_values, position = (None,) * self.config.num_layers, (None,) * self.config.num_layers, 0
         if cache is not None:
             past_keys, past_values, position = self._check_cache(cache, tokens.shape[0])

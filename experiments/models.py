@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib
 from typing import NamedTuple
 
-import torch
-
 from experiments.baselines import GPTConfig, LSTMConfig
 from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
@@ -51,15 +49,13 @@ def is_recurrent(model):
 
 
 def build_model(config, device=None, dtype=None, generator=None):
-    """The torch model of a config (an instance of a class in MODEL_CONFIGS).
+    """The torch model of a config (an instance of a class in MODEL_CONFIGS), built on ``device``.
 
-    With a ``generator`` on another device than ``device`` (a CPU seed for a CUDA model), the model
-    is drawn where the generator lives and then moved, so one seed gives one model on every device.
+    Every draw happens on the ``generator``'s device and is copied (``manifold_impl.draws``), so one
+    CPU seed gives one model on every device.
     """
     entry = _BY_CONFIG.get(type(config))
     if entry is None:
         raise TypeError(f"no model for {type(config).__name__}; known: {[c.__name__ for c in MODEL_CONFIGS.values()]}")
-    if generator is not None and device is not None and torch.device(device) != generator.device:
-        return build_model(config, generator.device, dtype, generator).to(device)
     module, _, cls = entry.module_class.partition(":")
     return getattr(importlib.import_module(module), cls)(config, device=device, dtype=dtype, generator=generator)

@@ -595,19 +595,23 @@ class Run:
         progress = Progress(self.directory.name, train.steps if deadline is None else None, self.step,
                             selection_key=self.task.selection_key)
         progress.start(self.description())
+        pinned = torch.device(train.device).type == "cuda"  # page-locked batches copy without blocking
         while self.step < train.steps and (deadline is None or time.perf_counter() < deadline):
             inputs, targets = self.task.train_batch(self.rng, train.batch, self.step)
-            logits, _ = self.model(inputs.to(train.device))
-            loss = cross_entropy(logits, targets.to(train.device))
-            if not torch.isfinite(loss):  # diverged: no later step can recover, so stop and say so
+            if pinned:
+                inputs, targets = inputs.pin_memory(), targets.pin_memory()
+            logits, _ = self.model(inputs)  # the model checks the ids on the host, then copies them
+            loss = cross_entropy(logits, targets.to(logits.device, non_blocking=True))
+            self.optimizers.zero_grad()
+            loss.backward()
+            value = loss.item()  # the step's one read of the loss, after the backward pass is queued
+            if not math.isfinite(value):  # diverged: no later step can recover, so stop and say so
                 self.stopped = f"training loss not finite at step {self.step + 1}"
-                record = {"step": self.step, **self.task.train_metrics(loss.item()), **self.evaluate("valid"),
+                record = {"step": self.step, **self.task.train_metrics(value), **self.evaluate("valid"),
                           "drift": group_drift(self.model), **self.diagnose(), "stopped": self.stopped}
                 self._log(record)  # the model of the last completed step, evaluated like any other
                 self._keep_if_best(record)
                 break
-            self.optimizers.zero_grad()
-            loss.backward()
             evaluating = (self.step + 1) % train.eval_every == 0 or self.step + 1 == train.steps
             gradients = gradient_norms(self.model) if evaluating else {}  # before clipping
             if train.clip is not None:
@@ -617,9 +621,9 @@ class Run:
             tokens += inputs.numel()
             elapsed = time.perf_counter() - start
             rate = tokens / elapsed
-            progress.step(self.step, self.task.train_metrics(loss.item()), rate, elapsed)
+            progress.step(self.step, self.task.train_metrics(value), rate, elapsed)
             if evaluating:
-                record = {"step": self.step, **self.task.train_metrics(loss.item()), **self.evaluate("valid"),
+                record = {"step": self.step, **self.task.train_metrics(value), **self.evaluate("valid"),
                           "drift": group_drift(self.model), **gradients, **self.diagnose()}
                 self._log(record)
                 self._keep_if_best(record)

@@ -475,7 +475,7 @@ class GroupRNN(GroupModule):
 
     def forward(self, tokens, cache=None):
         """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``GroupRNNCache``); see the reference."""
-        tokens = check_tokens(tokens, self.config.vocab_size)
+        tokens = check_tokens(tokens, self.config.vocab_size, next(self.parameters()).device)
         self._check_on_groups()
         batch = tokens.shape[0]
         if cache is None:

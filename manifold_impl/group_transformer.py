@@ -253,7 +253,7 @@ class GroupTransformer(GroupModule):
 
     def forward(self, tokens, cache=None):
         """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``GroupTransformerCache``); see the reference."""
-        tokens = check_tokens(tokens, self.config.vocab_size)
+        tokens = check_tokens(tokens, self.config.vocab_size, next(self.parameters()).device)
         self._check_on_groups()
         past, position = None, 0
         if cache is not None:

@@ -397,7 +397,7 @@ class MLSTM(nn.Module):
 
     def forward(self, tokens, cache=None):
         """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``MLSTMCache``); see the reference."""
-        tokens = check_tokens(tokens, self.config.vocab_size)
+        tokens = check_tokens(tokens, self.config.vocab_size, next(self.parameters()).device)
         state, position = None, 0
         if cache is not None:
             state, position = check_cache(cache, MLSTMCache)

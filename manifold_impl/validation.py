@@ -9,8 +9,10 @@ import torch
 from manifold_impl.linalg import default_atol
 
 
-def check_tokens(tokens, vocab_size):
-    """Validate token ids ``tokens: [batch, length]`` (an integer tensor); returns it.
+def check_tokens(tokens, vocab_size, device=None):
+    """Validate token ids ``tokens: [batch, length]`` (an integer tensor) where they are; returns
+    them on ``device`` (default: where they are). Ids on the host are checked there, with no read
+    from the device, and copied without blocking (from pinned memory the copy runs asynchronously).
 
     Raises:
         TypeError: not an int64 or int32 tensor.
@@ -29,7 +31,7 @@ def check_tokens(tokens, vocab_size):
     if ((low < 0) | (high >= vocab_size)).item():  # one host read, before any work
         bad = int(low) if low < 0 else int(high)
         raise ValueError(f"token id {bad} is out of range [0, {vocab_size})")
-    return tokens
+    return tokens if device is None else tokens.to(device, non_blocking=True)
 
 
 def check_state(group, state, batch, dtype):

@@ -8,6 +8,7 @@ not a scalar already fails, as on CUDA.
 """
 
 import collections
+import tempfile
 import traceback
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from experiments import train
 from experiments.baselines import GPTLanguageModel, LSTMLanguageModel
 from manifold_impl.group_rnn import GroupRNN, GroupRNNLayer
 from manifold_impl.group_transformer import GroupTransformer
@@ -143,7 +145,7 @@ def test_a_group_rnn_makes_the_host_wait_once_per_check_and_never_per_time_step(
                      generator=torch.Generator().manual_seed(0))
     _waits_of_a_training_step(model, 2)  # the first call puts the group's index tensors on the device
     waits = _waits_of_a_training_step(model, 6)
-    assert waits == collections.Counter({"a read at validation.py:29": 1, "a read at manifolds.py:157": 1}), waits
+    assert waits == collections.Counter({"a read at validation.py:31": 1, "a read at manifolds.py:157": 1}), waits
 
 
 ATTENTION_AND_BASELINES = {
@@ -159,10 +161,53 @@ ATTENTION_AND_BASELINES = {
 def test_the_other_models_make_the_host_wait_once_per_check_and_never_per_position(kind):
     model = ATTENTION_AND_BASELINES[kind](device="meta", generator=torch.Generator().manual_seed(0))
     _waits_of_a_training_step(model, 2)
-    checks = collections.Counter({"a read at validation.py:29": 1})
+    checks = collections.Counter({"a read at validation.py:31": 1})
     if kind.startswith("group"):
         checks["a read at manifolds.py:157"] = 1
     assert _waits_of_a_training_step(model, 6) == checks
+
+
+@pytest.mark.parametrize("kind", ["group_rnn", "mlstm"])
+def test_token_ids_from_the_host_are_checked_there_and_copied_without_blocking(kind):
+    model = {"group_rnn": lambda **kw: GroupRNN(vocab_size=7, group="O", n=4, embedding_dim=3, **kw),
+             **OTHERS}[kind](device="meta", generator=torch.Generator().manual_seed(0))
+    with HostWaits():  # the first call puts the group's index tensors on the device
+        model(torch.zeros(2, 5, dtype=torch.long))
+    with HostWaits() as mode:
+        logits, _ = model(torch.zeros(2, 5, dtype=torch.long))
+    assert logits.device.type == "meta"
+    assert mode.waits == (collections.Counter({"a read at manifolds.py:157": 1}) if kind == "group_rnn"
+                          else collections.Counter())
+    with pytest.raises(ValueError, match="token id 7 is out of range"):
+        model(torch.full((2, 5), 7))
+
+
+# a model with group-valued parameters (the prototype readout's), a group Transformer and the LSTM
+FIT_MODELS = {"group_rnn": {"group": "O", "n": 8, "embedding_dim": 4, "readout": "prototype"},
+              "group_transformer": {"group": "T", "n": 4, "num_layers": 1},
+              "lstm": {"hidden_size": 8}}
+
+
+def _waits_of_a_run(model, steps):
+    """Host waits of ``Run.fit`` on the meta device for ``steps`` steps and one evaluation, the last."""
+    options = {"dataset": "ptb_char", "steps": steps, "batch": 2, "length": 6, "eval_every": 100,
+               "checkpoint_every": 100, "eval_tokens": 20, "device": "meta", **FIT_MODELS[model]}
+    with tempfile.TemporaryDirectory() as directory:
+        run = train.Run(directory, train.build_config(model, "lm", options))
+        with HostWaits() as mode:
+            run.fit()
+    return mode.waits
+
+
+@pytest.mark.parametrize("model", list(FIT_MODELS))
+def test_a_training_step_makes_the_host_wait_at_most_twice(model):
+    """Two more steps of ``Run.fit`` (the evaluation at the end is the same): one read of the loss
+    each (its value and finiteness at once) and the parameters' check; the ids are checked on the host."""
+    extra = _waits_of_a_run(model, 4) - _waits_of_a_run(model, 2)
+    expected = collections.Counter({"a read at train.py:607": 2})
+    if model != "lstm":
+        expected["a read at manifolds.py:157"] = 2
+    assert extra == expected, extra
 
 
 @pytest.mark.parametrize("name, dtype", [("O", torch.float32), ("O", torch.float64), ("U", torch.float32),
