@@ -403,8 +403,10 @@ def check_resumable(saved, config, step, directory):
     return differences
 
 
-def load_checkpoint_file(path, device):
-    """A checkpoint's contents, loaded with ``weights_only=True`` (tensors and plain data only).
+def load_checkpoint_file(path):
+    """A checkpoint's contents, loaded onto the CPU with ``weights_only=True`` (tensors and plain data
+    only). ``load_state_dict`` copies them to the device: a model's onto its parameters, an optimizer's
+    moments beside their parameters, while its step counts stay on the host (no read back per step).
 
     Raises:
         ValueError: the file holds a pickled object of another kind (it would run code to load), is
@@ -414,7 +416,7 @@ def load_checkpoint_file(path, device):
         raise ValueError(f"{path} is not a whole checkpoint ({Path(path).stat().st_size} bytes: empty or cut short); "
                          "restore it, or delete it to train the run from the start")
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         raise ValueError(f"refusing to load {path}: it holds a pickled object, not only tensors and plain data, "
                          f"and loading it could run code ({str(error).splitlines()[0]})") from None
@@ -516,7 +518,7 @@ class Run:
 
     def load_checkpoint(self, state=None):
         """Continue from ``checkpoint.pt``; ``state``: its contents, if already loaded (``load_checkpoint_file``)."""
-        state = load_checkpoint_file(self.checkpoint_path, self.train.device) if state is None else state
+        state = load_checkpoint_file(self.checkpoint_path) if state is None else state
         self.model.load_state_dict(state["model"])
         self.optimizers.load_state_dict(state["optimizers"])
         self.rng.bit_generator.state = json.loads(state["numpy_rng"])
@@ -687,7 +689,7 @@ def _run_locked(config, directory, argv):
     """``run`` once the directory's lock is held."""
     checkpoint = directory / "checkpoint.pt"
     if checkpoint.exists():
-        state = load_checkpoint_file(checkpoint, config.train.device)
+        state = load_checkpoint_file(checkpoint)
         recorded = json.loads(state["config"]) if "config" in state else \
             json.loads((directory / "config.json").read_text())  # a checkpoint written before it held its config
         overrides = check_resumable(RunConfig.from_json(recorded), config, state["step"], directory)

@@ -3,13 +3,16 @@
 Every draw happens on the generator's device and is copied, as CUDA requires (a CPU generator cannot
 fill a CUDA tensor). The recurrence makes the host wait nowhere: no value read back, no device-to-host
 copy and no blocking host-to-device copy per time step, forward or backward; the per-forward checks
-(token ids, parameters on their groups) cost one read each. On the meta device a CPU operand that is
-not a scalar already fails, as on CUDA.
+(token ids, parameters on their groups) cost one read each, and ids from the host none. A training
+step of ``Run.fit`` waits at most twice (the loss, the group check), after a resume too, and an
+evaluation no more for longer windows. On the meta device a CPU operand that is not a scalar
+already fails, as on CUDA.
 """
 
 import collections
 import tempfile
 import traceback
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -188,12 +191,18 @@ FIT_MODELS = {"group_rnn": {"group": "O", "n": 8, "embedding_dim": 4, "readout":
               "lstm": {"hidden_size": 8}}
 
 
-def _waits_of_a_run(model, steps):
-    """Host waits of ``Run.fit`` on the meta device for ``steps`` steps and one evaluation, the last."""
-    options = {"dataset": "ptb_char", "steps": steps, "batch": 2, "length": 6, "eval_every": 100,
-               "checkpoint_every": 100, "eval_tokens": 20, "device": "meta", **FIT_MODELS[model]}
+def _fit_options(model, steps, device="meta", length=6):
+    return {"dataset": "ptb_char", "steps": steps, "batch": 2, "length": length, "eval_every": 100,
+            "checkpoint_every": 100, "eval_tokens": 40, "device": device, **FIT_MODELS[model]}
+
+
+def _waits_of_a_run(model, steps, checkpoint=None):
+    """Host waits of ``Run.fit`` on the meta device for ``steps`` steps and one evaluation, the last;
+    with ``checkpoint``, resumed from that file."""
     with tempfile.TemporaryDirectory() as directory:
-        run = train.Run(directory, train.build_config(model, "lm", options))
+        run = train.Run(directory, train.build_config(model, "lm", _fit_options(model, steps)))
+        if checkpoint is not None:
+            run.load_checkpoint(train.load_checkpoint_file(checkpoint))
         with HostWaits() as mode:
             run.fit()
     return mode.waits
@@ -204,10 +213,38 @@ def test_a_training_step_makes_the_host_wait_at_most_twice(model):
     """Two more steps of ``Run.fit`` (the evaluation at the end is the same): one read of the loss
     each (its value and finiteness at once) and the parameters' check; the ids are checked on the host."""
     extra = _waits_of_a_run(model, 4) - _waits_of_a_run(model, 2)
-    expected = collections.Counter({"a read at train.py:607": 2})
+    line = next(number for number, text in enumerate(Path(train.__file__).read_text().splitlines(), 1)
+                if "value = loss.item()" in text)
+    expected = collections.Counter({f"a read at train.py:{line}": 2})
     if model != "lstm":
         expected["a read at manifolds.py:157"] = 2
     assert extra == expected, extra
+
+
+@pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")  # the meta device holds no values
+@pytest.mark.parametrize("model", list(FIT_MODELS))
+def test_a_resumed_run_makes_the_host_wait_as_often_as_a_fresh_one(model, tmp_path):
+    """A run trained on the CPU to step 2 and resumed on the device for 2 more steps waits like the
+    first 2 steps of a fresh run: the optimizers' step counts stay on the host, where AdamW reads them."""
+    run = train.Run(tmp_path, train.build_config(model, "lm", _fit_options(model, 2, device="cpu")))
+    run.fit()
+    assert run.checkpoint_path.exists()
+    assert _waits_of_a_run(model, 4, run.checkpoint_path) == _waits_of_a_run(model, 2)
+
+
+@pytest.mark.parametrize("model", list(FIT_MODELS))
+def test_an_evaluation_makes_the_host_wait_no_more_for_longer_windows(model):
+    """The same number of windows, three times as long: the same waits (none per position)."""
+    waits = []
+    for length in (4, 12):
+        with tempfile.TemporaryDirectory() as directory:
+            run = train.Run(directory, train.build_config(model, "lm", _fit_options(model, 2, length=length)))
+            with HostWaits():  # the first call puts the group's index tensors on the device
+                run.evaluate("valid")
+            with HostWaits() as mode:
+                run.evaluate("valid")
+        waits.append(mode.waits)
+    assert waits[0] == waits[1], waits
 
 
 @pytest.mark.parametrize("name, dtype", [("O", torch.float32), ("O", torch.float64), ("U", torch.float32),

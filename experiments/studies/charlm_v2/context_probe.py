@@ -59,7 +59,7 @@ def load_best(directory):
     directory = Path(directory)
     config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
     model = build_model(config.model)
-    model.load_state_dict(load_checkpoint_file(directory / "best.pt", "cpu")["model"])
+    model.load_state_dict(load_checkpoint_file(directory / "best.pt")["model"])
     return config, model.eval()
 
 

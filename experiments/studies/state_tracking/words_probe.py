@@ -80,7 +80,7 @@ def accuracy_by_position(directory, words=WORDS, length=LENGTH):
     """``[length]`` accuracy at each position of ``words`` test words, for the model of a finished run."""
     config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
     model = build_model(config.model)
-    model.load_state_dict(load_checkpoint_file(directory / "checkpoint.pt", "cpu")["model"])
+    model.load_state_dict(load_checkpoint_file(directory / "checkpoint.pt")["model"])
     model.eval()
     group = permutation_group(config.task.word_group)
     inputs, targets = word_batch(group, split_generator(config.train.seed, "test"), words, length)
