@@ -5,7 +5,6 @@ Shapes as in the reference: ``x: [..., n, n]`` with leading batch axes.
 
 from __future__ import annotations
 
-import functools
 import math
 from fractions import Fraction
 
@@ -124,7 +123,8 @@ def expm(a: torch.Tensor, fixed_squarings: bool | None = None) -> torch.Tensor:
     2n × 2n block matrix [[aᴴ, g], [0, aᴴ]]). Second derivatives raise.
 
     Squarings without a host read. On the CPU the loop runs to the largest s, read back (free
-    there); elsewhere (``fixed_squarings``, default: on any device but the CPU) it runs
+    there); elsewhere (``fixed_squarings``, default: on any device but the CPU, and wherever
+    ``torch.compile`` traces the call, which cannot follow a count read back) it runs
     ``_DEVICE_SQUARINGS`` times, so a call never waits for the device, and a matrix that needs more
     gives NaN instead of an inexact result (a training loop's finiteness check sees it). Both give
     the same bits for every matrix within the bound: the extra squarings are masked per matrix.
@@ -133,8 +133,9 @@ def expm(a: torch.Tensor, fixed_squarings: bool | None = None) -> torch.Tensor:
     () or (1,) of norm ≈ 0.04 loses five digits (errors ≈ 1e-11 instead of 1e-16, while batches
     of two and more are exact); the group contract tests batch shapes () and (1,).
     """
-    fixed = a.device.type != "cpu" if fixed_squarings is None else fixed_squarings
-    return _TaylorExp.apply(a, fixed)
+    if fixed_squarings is None:
+        fixed_squarings = a.device.type != "cpu" or torch.compiler.is_compiling()
+    return _TaylorExp.apply(a, fixed_squarings)
 
 
 def _norms(x):
@@ -187,9 +188,9 @@ def _unit_modulus_defect(rows, scalars, degree, m):
     return sum((-1) ** (i + m) * t[i] * t[2 * m - i] for i in range(2 * m + 1))
 
 
-@functools.lru_cache(maxsize=None)
-def _coefficients(degree, dtype, device):
-    """The scheme in ``dtype``: ``([5, k], [5], (c, d₀))``, coefficients of the k powers and of I, scalars.
+def _tuned_scheme(degree, real):
+    """The scheme of ``degree`` in the real dtype ``real``: ``(rows, (c, d₀))``, the five rows
+    ``[I, b, b², b³(, b⁶)]`` as Python floats and the two scalars.
 
     Rows L, R, D₁, E₁, F₁: the table rounded to the working precision, D, E, F without their I
     terms, which become c = f₀ + d₀ and d₀ (see ``_increment_polynomial``). Rounding moves the
@@ -203,7 +204,6 @@ def _coefficients(degree, dtype, device):
     degree 12; it enters no y_k below k = 4, so it leaves q₁ alone). Float32: q₃ = 3e-9, the
     rest smaller (tested: |T(iφ)|² − 1 ≤ 4e-9 for φ ≤ 1).
     """
-    real = torch.empty((), dtype=dtype).real.dtype
     rounded = torch.tensor(_TABLE[degree], dtype=real).tolist()
     left, right, addend, outer, shift = rounded
     d0 = addend[0]
@@ -219,8 +219,22 @@ def _coefficients(degree, dtype, device):
         tuned = torch.tensor(float(Fraction(value) - before / slope), dtype=real).item()
         for row, column in places:
             rows[row][column] = tuned
-    table = torch.tensor(rows, dtype=dtype, device=device)
-    return table[:, 1:].contiguous(), table[:, 0].contiguous(), scalars
+    return rows, scalars
+
+
+_SCHEMES = {real: _tuned_scheme(degree, real) for real, degree in _DEGREE.items()}  # at import: nothing traced
+_SCHEMES.update({torch.complex64: _SCHEMES[torch.float32], torch.complex128: _SCHEMES[torch.float64]})
+_TABLES = {}  # (dtype, device) -> the scheme's rows as tensors there, built on first use
+
+
+def _coefficients(dtype, device):
+    """The scheme in ``dtype`` on ``device``: ``([5, k], [5], (c, d₀))``, the coefficients of the k
+    powers and of I, and the scalars (``_tuned_scheme``); the tensors are built once per device."""
+    rows, scalars = _SCHEMES[dtype]
+    if (dtype, device) not in _TABLES:
+        table = torch.tensor(rows, dtype=dtype, device=device)
+        _TABLES[dtype, device] = (table[:, 1:].contiguous(), table[:, 0].contiguous())
+    return (*_TABLES[dtype, device], scalars)
 
 
 def _combine(coefficients, tensors):
@@ -272,20 +286,20 @@ class _TaylorExp(torch.autograd.Function):
         b, b_square = a * f, square * f * f  # one factor at a time: f³ may overflow where b³ does not
         cube_b = cube * f * f * f
         powers = [b, b_square, cube_b] + ([torch.bmm(cube_b, cube_b)] if degree == 18 else [])
-        combination, identity, (c, d0) = _coefficients(degree, a.dtype, a.device)
+        combination, identity, (c, d0) = _coefficients(a.dtype, a.device)
         terms = _combine(combination, powers)  # L, R, D₁, E₁, F₁ without their I terms
         terms.diagonal(dim1=-2, dim2=-1).add_(identity[:, None, None])
         left, right, addend, outer, shift = terms.unbind()
         left = left.clone()  # saved alone, not as a view that keeps all five alive
         right = left if degree == 12 else right.clone()  # the degree-12 scheme squares L (R = L)
         # bmm, then add (not baddbmm, whose addend some BLAS kernels fold into the FMA chain)
-        inner = torch.bmm(left, right).add_(addend)  # N
+        inner = torch.add(torch.bmm(left, right), addend)  # N (saved: out of place, as torch.compile needs)
         shifted = shift + inner  # M
-        increments = [torch.bmm(shifted, inner).add_(torch.add(outer, inner, alpha=c).add_(shifted, alpha=d0))]
+        increments = [torch.add(torch.bmm(shifted, inner), torch.add(outer, inner, alpha=c).add_(shifted, alpha=d0))]
         # Y₀ = T(b) − I, Y_{j+1} = 2Y_j + Y_j² where j < s
         for j in range(most):
             # (baddbmm with beta ≠ 1 takes a slow path on the CPU, up to 10× at n = 24)
-            product = torch.bmm(increments[-1], increments[-1]).add_(increments[-1], alpha=2.0)
+            product = torch.add(torch.bmm(increments[-1], increments[-1]), increments[-1], alpha=2.0)
             increments.append(product if j < least else torch.where(squarings > j, product, increments[-1]))
         ctx.save_for_backward(b, b_square, cube_b, squarings, left, right if degree == 18 else None,
                               inner, shifted, *increments[:-1])
@@ -307,7 +321,7 @@ class _TaylorExp(torch.autograd.Function):
             yh = dagger(increments[j])
             step = torch.baddbmm(torch.bmm(grad, yh).add_(grad, alpha=2.0), yh, grad)
             grad = step if j < ctx.least else torch.where(squarings > j, step, grad)
-        combination, _, (c, d0) = _coefficients(ctx.degree, grad.dtype, grad.device)
+        combination, _, (c, d0) = _coefficients(grad.dtype, grad.device)
         grad_shift = torch.bmm(grad, dagger(inner)).add_(grad, alpha=d0)  # Y₀ = .. + d₀ M + M N
         grad_inner = torch.baddbmm(grad_shift, dagger(shifted), grad).add_(grad, alpha=c)  # .. + c N, M = F₁ + N
         grad_terms = [torch.bmm(grad_inner, dagger(right)), torch.bmm(dagger(left), grad_inner),

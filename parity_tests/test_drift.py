@@ -37,7 +37,7 @@ def scheme_polynomial(rows, c, d0):
 
 
 def float32_scheme():
-    combination, identity, (c, d0) = _coefficients(12, torch.float32, torch.device("cpu"))
+    combination, identity, (c, d0) = _coefficients(torch.float32, torch.device("cpu"))
     return torch.cat([identity[:, None], combination], dim=1).double().numpy(), c, d0
 
 

@@ -26,7 +26,7 @@ from manifold_impl.linalg import _THETA, _coefficients, _norms, expm
 def _taylor12_fixed(a, squarings: int):
     """exp(a) for ``a: [N, n, n]`` float32 with the same s for every matrix (no host sync): the
     scheme of ``manifold_impl.linalg._TaylorExp`` (its float32 table, Y = T − I and its squarings)."""
-    combination, identity, (c, d0) = _coefficients(12, a.dtype, a.device)
+    combination, identity, (c, d0) = _coefficients(a.dtype, a.device)
     table = torch.cat([identity[:, None], combination], dim=1)
     b = a * 2.0 ** -squarings
     square = b @ b

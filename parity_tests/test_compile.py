@@ -1,0 +1,45 @@
+"""``torch.compile(fullgraph=True)`` of the group RNN's cell step, on the CPU.
+
+The whole step is one graph, forward and backward: the exponential runs its fixed number of
+squarings wherever it is traced (no count read back) and its coefficient tables are built outside
+any traced code. Through ``aot_eager`` (dynamo's capture and AOT autograd, no code generation) the
+step gives the eager step's bits, values and gradients; through inductor, the eager values to
+float32 rounding.
+"""
+
+import pytest
+import torch
+
+from manifold_impl.group_rnn import GroupRNN
+
+# what torch 2.13's compiler itself warns of: dynamo instantiates an autograd.Function and reads
+# .grad of its non-leaf inputs while it traces one, inductor imports deprecated torch.jit parts
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")]
+
+# closed forms (O(2), SO(3), SU(2), BO(8)), the elementwise T, and the general exponential
+GROUPS = [("O", 2), ("SO", 3), ("SU", 2), ("T", 8), ("BO", 8), ("O", 8), ("U", 4), ("GL", 4)]
+
+
+def _step_and_gradients(cell, step, group):
+    """The step at a random state and drive, and the gradients of a random projection of it with
+    respect to the state, the drive and U."""
+    state = group.pack(group.random((2,), generator=torch.Generator().manual_seed(1))).requires_grad_()
+    drive = torch.randn(2, group.dim, generator=torch.Generator().manual_seed(2)).requires_grad_()
+    out = step(state, drive)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(out.dtype)
+    return (out, *torch.autograd.grad((out * weights).real.sum(), [state, drive, cell.state_map.weight]))
+
+
+@pytest.mark.parametrize("backend, group_name, n", [("aot_eager", *pair) for pair in GROUPS] + [("inductor", "O", 8)])
+def test_the_cell_step_compiles_to_one_graph_forward_and_backward(backend, group_name, n):
+    torch._dynamo.reset()
+    model = GroupRNN(vocab_size=7, group=group_name, n=n, embedding_dim=3, generator=torch.Generator().manual_seed(0))
+    cell = model.cell
+    compiled = _step_and_gradients(cell, torch.compile(cell.step, fullgraph=True, backend=backend), model.group)
+    eager = _step_and_gradients(cell, cell.step, model.group)
+    for got, expected in zip(compiled, eager):
+        if backend == "aot_eager":
+            assert torch.equal(got, expected)
+        else:
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
