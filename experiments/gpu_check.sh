@@ -1,30 +1,34 @@
 #!/usr/bin/env bash
 # The prepared device check for a CUDA machine, run once from the repository root after `make test`
-# has built .venv (a few minutes on one recent GPU): parity of the torch tree on CUDA against the
-# reference in float32 and float64 (a failing check is recorded and the rest still run), the
-# benchmark suite on CUDA, and a 200-step slice of each full-scale preset (charlm `paper`, noisy
-# recall at SPEC §6 scale). Everything lands under $OUT (default experiments/results/bench/gpu).
+# has built .venv (sized for 10 minutes on one H200): parity of the torch tree on CUDA against the
+# reference in float32 and float64 for every model (a failing check is recorded and the rest still
+# run), then `experiments.bench.device_check`: the host syncs of a training step of every group and
+# training tokens/s against cuDNN's LSTM. It prints a short table last; everything lands under $OUT
+# (default experiments/results/bench/gpu). Exit status 1 if any check failed.
 set -uo pipefail
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-experiments/results/bench/gpu}
 mkdir -p "$OUT"
 status=0
-check() { $PY -m parity_tests.check --device cuda "$@" >> "$OUT/parity.log" || status=1; }  # one JSON report each
 : > "$OUT/parity.log"
+: > "$OUT/parity.txt"
+check() {  # label, then the options of parity_tests.check; one JSON report each in parity.log
+  local label=$1; shift
+  if timeout 120 $PY -m parity_tests.check --device cuda "$@" >> "$OUT/parity.log" 2>&1; then
+    echo "$label pass" >> "$OUT/parity.txt"
+  else
+    echo "$label FAIL" >> "$OUT/parity.txt"; status=1
+  fi
+}
 for dtype in float32 float64; do
   for group in O SO U SU T BO GL; do
-    check --dtype "$dtype" --model group_rnn --group "$group" --n 6
+    check "group_rnn-$group-$dtype" --dtype "$dtype" --model group_rnn --group "$group" --n 6
   done
-  check --dtype "$dtype" --model group_transformer --group O --n 6
+  check "group_transformer-O-$dtype" --dtype "$dtype" --model group_transformer --group O --n 6
   for read in plain ns polar; do
-    check --dtype "$dtype" --model mlstm --read "$read"
+    check "mlstm-$read-$dtype" --dtype "$dtype" --model mlstm --read "$read"
   done
 done
-$PY -m experiments.bench --device cuda --out "$OUT" | tee "$OUT/bench.txt" || status=1
-$PY -m experiments.train --preset paper/ptb_char-rnn-O-seed0 --device cuda --steps 200 --warmup 20 \
-  --run-dir "$OUT/slice-paper-ptb_char-rnn-O" || status=1
-for read in plain ns; do
-  $PY -m experiments.studies.noisy_recall.train --vocab-size 80 --length 512 --read "$read" --steps 200 --batch 64 --lr 3e-4 \
-    --device cuda --run-dir "$OUT/slice-nar-paper-$read" || status=1
-done
+$PY -m experiments.bench.device_check --device cuda --out "$OUT" --parity "$OUT/parity.txt" \
+  2>&1 | tee "$OUT/device_check.txt" || status=1
 exit $status

@@ -590,6 +590,24 @@ class Run:
         return (f"{train.model} ({count_parameters(self.model):,} parameters), task {train.task}{data}, steps "
                 f"{self.step + 1}–{train.steps} of batch {train.batch}, {train.device} {train.dtype}")
 
+    def backward(self, inputs, targets):
+        """The forward and backward pass of one training batch (ids on the host: the model checks them
+        there); returns the loss, read once, after the backward pass is queued. Page-locked on CUDA,
+        the batch is copied without blocking."""
+        if torch.device(self.train.device).type == "cuda":
+            inputs, targets = inputs.pin_memory(), targets.pin_memory()
+        logits, _ = self.model(inputs)
+        loss = cross_entropy(logits, targets.to(logits.device, non_blocking=True))
+        self.optimizers.zero_grad()
+        loss.backward()
+        return loss.item()
+
+    def update(self):
+        """Clip the gradients (``train.clip``) and step the optimizers."""
+        if self.train.clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.clip)
+        self.optimizers.step()
+
     def fit(self, deadline=None):
         """Train to ``train.steps`` (or until ``time.perf_counter()`` passes ``deadline``); tokens/s."""
         train = self.train
@@ -597,16 +615,9 @@ class Run:
         progress = Progress(self.directory.name, train.steps if deadline is None else None, self.step,
                             selection_key=self.task.selection_key)
         progress.start(self.description())
-        pinned = torch.device(train.device).type == "cuda"  # page-locked batches copy without blocking
         while self.step < train.steps and (deadline is None or time.perf_counter() < deadline):
             inputs, targets = self.task.train_batch(self.rng, train.batch, self.step)
-            if pinned:
-                inputs, targets = inputs.pin_memory(), targets.pin_memory()
-            logits, _ = self.model(inputs)  # the model checks the ids on the host, then copies them
-            loss = cross_entropy(logits, targets.to(logits.device, non_blocking=True))
-            self.optimizers.zero_grad()
-            loss.backward()
-            value = loss.item()  # the step's one read of the loss, after the backward pass is queued
+            value = self.backward(inputs, targets)
             if not math.isfinite(value):  # diverged: no later step can recover, so stop and say so
                 self.stopped = f"training loss not finite at step {self.step + 1}"
                 record = {"step": self.step, **self.task.train_metrics(value), **self.evaluate("valid"),
@@ -616,9 +627,7 @@ class Run:
                 break
             evaluating = (self.step + 1) % train.eval_every == 0 or self.step + 1 == train.steps
             gradients = gradient_norms(self.model) if evaluating else {}  # before clipping
-            if train.clip is not None:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), train.clip)
-            self.optimizers.step()
+            self.update()
             self.step += 1
             tokens += inputs.numel()
             elapsed = time.perf_counter() - start

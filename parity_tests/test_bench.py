@@ -3,9 +3,11 @@
 import json
 
 import pytest
+import torch
 
 from experiments.bench.__main__ import main
 from experiments.bench.timing import alternate, row
+from reference.config import GROUP_NAMES
 
 
 def test_alternate_times_every_contender_and_row_checks_the_target():
@@ -35,8 +37,6 @@ def test_one_suite_per_thread_count(tmp_path):
 
 
 def test_a_cuda_run_without_a_gpu_stops_with_a_clear_error(tmp_path, capsys):
-    import torch
-
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the refusal path cannot be exercised")
     with pytest.raises(SystemExit) as stop:
@@ -97,3 +97,33 @@ def test_quick_memory_benchmark_writes_every_mode_and_the_gradient_error(tmp_pat
     assert all(r["peak"] > 0 for r in measured)
     errors = [r["float32_gradient_error"] for r in record["rows"] if "float32_gradient_error" in r]
     assert len(errors) == 4 and all(0 < e < 1e-3 for e in errors)
+
+
+def test_the_device_check_runs_on_the_cpu_and_summarizes_parity_last(tmp_path, capsys):
+    from experiments.bench import device_check
+
+    parity = tmp_path / "parity.txt"
+    parity.write_text("group_rnn-O-float32 pass\nmlstm-ns-float64 FAIL\n")
+    assert device_check.main(["--device", "cpu", "--quick", "--out", str(tmp_path), "--parity", str(parity)]) == 1
+    record = json.loads((tmp_path / "device_check_quick.json").read_text())
+    assert record["parity"] == {"passed": 1, "total": 2, "failed": ["mlstm-ns-float64"]}
+    assert [row["group"] for row in record["syncs"]] == list(GROUP_NAMES)
+    assert all(row["syncs"] is None for row in record["syncs"])  # counted by CUDA only
+    assert [(row["model"][:5], row["batch"]) for row in record["throughput"]] == [
+        ("O(24)", 8), ("U(24)", 8), ("T siz", 8), ("BO 2×", 8)]
+    assert all(row["tokens_per_second"] > 0 and row["lstm_tokens_per_second"] > 0 for row in record["throughput"])
+    output = capsys.readouterr().out.splitlines()
+    assert output[1] == "parity: 1/2 checks pass (failed: mlstm-ns-float64)"
+    assert output[-1].lstrip().startswith("BO 2×2 blocks")
+    parity.write_text("group_rnn-O-float32 pass\n")
+    assert device_check.main(["--device", "cpu", "--quick", "--out", str(tmp_path), "--parity", str(parity)]) == 0
+
+
+def test_the_device_check_on_cuda_without_a_gpu_stops_with_a_clear_error(capsys):
+    from experiments.bench import device_check
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the refusal path cannot be exercised")
+    with pytest.raises(SystemExit):
+        device_check.main(["--device", "cuda"])
+    assert "no CUDA device is available" in capsys.readouterr().err

@@ -214,7 +214,7 @@ def test_a_training_step_makes_the_host_wait_at_most_twice(model):
     each (its value and finiteness at once) and the parameters' check; the ids are checked on the host."""
     extra = _waits_of_a_run(model, 4) - _waits_of_a_run(model, 2)
     line = next(number for number, text in enumerate(Path(train.__file__).read_text().splitlines(), 1)
-                if "value = loss.item()" in text)
+                if "loss.item()" in text)
     expected = collections.Counter({f"a read at train.py:{line}": 2})
     if model != "lstm":
         expected["a read at manifolds.py:157"] = 2

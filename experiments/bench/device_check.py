@@ -1,0 +1,142 @@
+"""``python -m experiments.bench.device_check --device cuda``: the measured half of ``gpu_check.sh``.
+
+* Host syncs of a training step (``Run.backward`` then ``Run.update``: forward, loss, backward,
+  clipping, both optimizers) of a group RNN on the copy task, per group, counted after a warm-up
+  step with ``torch.cuda.set_sync_debug_mode("warn")``; at most 2 are expected (the loss, the
+  parameters' group check). Not measured off CUDA.
+* Training tokens/s of O(24), U(24), T and BO (``bench.group_rnn``'s configurations) at batch 32
+  and 256 × 128, eager, against ``nn.LSTM`` at matched parameters (cuDNN on CUDA).
+
+Saves ``--out``/``device_check.json`` and prints a short table last (with ``--parity``, a file of
+``label pass|FAIL`` lines, the parity checks' summary first).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from experiments import train
+from experiments.baselines import LSTMConfig
+from experiments.bench.group_rnn import lstm_matched_cases, training_step
+from experiments.bench.timing import alternate, machine_record
+from experiments.cli import CommandParser
+from experiments.models import build_model
+from experiments.params_budget import parameter_count, size_to_budget
+from manifold_impl.group_rnn import GroupRNN
+from reference.config import GROUP_NAMES
+
+MAX_SYNCS = 2  # per training step: the loss read and the group check
+
+
+def syncs_of_a_training_step(group, device, quick=False):
+    """``{"group", "syncs", "sources"}``: the host syncs CUDA reports in one training step of a group
+    RNN on ``group`` (n = 8, BO in 2×2 blocks) after a warm-up step; ``syncs`` None off CUDA."""
+    options = {"group": group, "n": 8, "embedding_dim": 16, "batch": 8, "delay": 10 if quick else 100,
+               "device": str(device), **({"block": 2} if group == "BO" else {})}
+    with tempfile.TemporaryDirectory() as directory:
+        run = train.Run(directory, train.build_config("group_rnn", "copy", options))
+        batches = [run.task.train_batch(run.rng, run.train.batch, step) for step in range(2)]
+        run.backward(*batches[0])
+        run.update()
+        if torch.device(device).type != "cuda":
+            run.backward(*batches[1])
+            run.update()
+            return {"group": group, "syncs": None, "sources": []}
+        torch.cuda.synchronize(device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                run.backward(*batches[1])
+                run.update()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    sources = [str(w.message).splitlines()[0][:120] for w in caught if "synchroniz" in str(w.message)]
+    return {"group": group, "syncs": len(sources), "sources": sources}
+
+
+def throughput_cases(quick=False):
+    """``(label, config, batch, length)``: O(24), U(24), T and BO at batch 32 and 256 × 128 (quick: small)."""
+    cases = [case for case in lstm_matched_cases(quick) if not case[0].startswith("demo")]
+    batches = (8,) if quick else (32, 256)
+    return [(label, config, batch, length) for label, config, _, length, _ in cases for batch in batches]
+
+
+def throughput(device, quick=False):
+    """Training tokens/s of each case and of its matched LSTM, timed alternately (eager)."""
+    rows = []
+    for label, config, batch, length in throughput_cases(quick):
+        tokens = torch.from_numpy(np.random.default_rng(0).integers(0, config.vocab_size, size=(batch, length + 1)))
+        tokens = tokens.to(device)
+        lstm = size_to_budget(LSTMConfig(vocab_size=config.vocab_size, hidden_size=1), parameter_count(config))
+        contenders = {"group_rnn": training_step(GroupRNN(config, device=device), tokens),
+                      "lstm": training_step(build_model(lstm, device=device), tokens)}
+        seconds = alternate(contenders, repeats=2 if quick else 3, device=device)
+        per_second = {name: batch * length / value for name, value in seconds.items()}
+        rows.append({"model": label, "batch": batch, "length": length, "mode": "eager",
+                     "tokens_per_second": per_second["group_rnn"], "lstm_tokens_per_second": per_second["lstm"],
+                     "ratio_to_lstm": per_second["group_rnn"] / per_second["lstm"], "lstm_hidden": lstm.hidden_size})
+    return rows
+
+
+def parity_summary(path):
+    """``(passed, total, failed labels)`` of a file of ``label pass|FAIL`` lines."""
+    lines = [line.rsplit(" ", 1) for line in Path(path).read_text().splitlines() if line.strip()]
+    failed = [label for label, verdict in lines if verdict != "pass"]
+    return len(lines) - len(failed), len(lines), failed
+
+
+def table(record):
+    """The short table the check prints last."""
+    lines = []
+    if "parity" in record:
+        parity = record["parity"]
+        failed = f" (failed: {', '.join(parity['failed'])})" if parity["failed"] else ""
+        lines.append(f"parity: {parity['passed']}/{parity['total']} checks pass{failed}")
+    lines.append("host syncs per training step (at most %d expected):" % MAX_SYNCS)
+    lines += [f"  {row['group']:3} {'not measured off CUDA' if row['syncs'] is None else row['syncs']}"
+              for row in record["syncs"]]
+    lines.append(f"  {'model':58} {'batch':>5} {'mode':6} {'tokens/s':>10} {'LSTM tok/s':>10} {'ratio':>6}")
+    lines += [f"  {row['model'][:58]:58} {row['batch']:5} {row['mode']:6} {row['tokens_per_second']:10.0f} "
+              f"{row['lstm_tokens_per_second']:10.0f} {row['ratio_to_lstm']:6.3f}" for row in record["throughput"]]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = CommandParser("experiments.bench.device_check", __doc__)
+    parser.add_argument("--device", default="cuda", help="cuda[:k], or cpu for a smoke test")
+    parser.add_argument("--quick", action="store_true", help="small shapes and few repetitions (smoke test)")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"), help="the directory of device_check.json")
+    parser.add_argument("--parity", type=Path, default=None, help="a file of 'label pass|FAIL' lines to summarize")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    if args.parity is not None and not args.parity.is_file():
+        parser.error(f"--parity {args.parity}: no such file")
+    start = time.perf_counter()
+    record = {"machine": machine_record(device), "quick": args.quick}
+    if args.parity is not None:
+        passed, total, failed = parity_summary(args.parity)
+        record["parity"] = {"passed": passed, "total": total, "failed": failed}
+    record["syncs"] = [syncs_of_a_training_step(group, device, args.quick) for group in GROUP_NAMES]
+    record["throughput"] = throughput(device, args.quick)
+    record["seconds"] = time.perf_counter() - start
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / ("device_check_quick.json" if args.quick else "device_check.json")
+    path.write_text(json.dumps(record, indent=2))
+    print(f"saved {path}")
+    print(table(record))
+    syncs = [row["syncs"] for row in record["syncs"] if row["syncs"] is not None]
+    return 0 if all(count <= MAX_SYNCS for count in syncs) and not record.get("parity", {}).get("failed") else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
