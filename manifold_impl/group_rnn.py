@@ -165,6 +165,11 @@ class GroupRNNCell(GroupModule):
         fixed = state.detach()
         return state + (self.group.settle(fixed) - fixed)
 
+    def _packed_settle(self, state):
+        """``settle`` on the packed state ``[B, *packed]`` (``group.packed_settle``), identity gradient."""
+        fixed = state.detach()
+        return state + (self.group.packed_settle(fixed) - fixed)
+
     def forward(self, embedded, state, position=0):
         """``embedded: [B, T, F]``, ``state: [B, n, n]`` -> states ``[B, T, n, n]`` (H_1..H_T)."""
         return self.group.unpack(self._packed_states(embedded, self.group.pack(state), position))
@@ -486,7 +491,7 @@ class GroupRNN(GroupModule):
             state, position = cache.state, cache.position
         packed = self.cell._packed_states(self.embedding(tokens), self.group.pack(state), position)
         logits = self.readout._from_features(self.group.packed_features(packed))
-        final = self.cell.settle(self.group.unpack(packed[:, -1]))
+        final = self.group.unpack(self.cell._packed_settle(packed[:, -1]))
         return logits, GroupRNNCache(final, position + tokens.shape[1], packed, self.group)
 
 
@@ -592,7 +597,7 @@ class GroupRNNLayer(GroupModule):
             state = check_state(self.group, state if batched else state[None], sequences.shape[0],
                                 self.cell.initial_state.dtype)
         packed = self.cell._packed_states(sequences, self.group.pack(state))  # [B, T, *packed]
-        output, final = self.group.packed_features(packed), self.cell.settle(self.group.unpack(packed[:, -1]))
+        output, final = self.group.packed_features(packed), self.group.unpack(self.cell._packed_settle(packed[:, -1]))
         if not batched:
             return output[0], final[0]
         return (output if self.batch_first else output.transpose(0, 1)), final

@@ -282,6 +282,16 @@ class Group:
     def _unit_determinant(self, x):
         return x
 
+    def packed_settle(self, p):
+        """``settle`` on the packed form ``[..., *packed]`` (``pack``); T and BO settle their diagonal
+        or blocks without building the n×n matrix."""
+        return self.pack(self.settle(self.unpack(p)))
+
+    def _settle_where_far(self, p, moved, defect):
+        """``moved`` where ``defect`` (per element of the batch) exceeds half the membership tolerance, else ``p``."""
+        far = defect > default_atol(_REAL_OF.get(p.dtype, p.dtype), self.n) / 2
+        return torch.where(far.reshape(far.shape + (1,) * (p.dim() - far.dim())), moved, p)
+
 
 def _sin_over_theta(theta2):
     """sin θ / θ as a function of θ² ≥ 0, ``[...] -> [...]``, smooth through θ = 0.
@@ -559,6 +569,14 @@ class Torus(Group):
     def packed_features(self, p):
         return torch.cat([p.real, p.imag], dim=-1)
 
+    def packed_settle(self, p):
+        """``settle`` on the diagonal ``[..., n]``: refine's x(3I − xᴴx)/2 and the defect max|xᴴx − I|
+        of a diagonal x, entry by entry."""
+        moved = p
+        for _ in range(SETTLE_STEPS):
+            moved = 0.5 * (moved * (3 - moved.conj() * moved))
+        return self._settle_where_far(p, moved, (p.conj() * p - 1).abs().amax(dim=-1))
+
 
 class BlockOrthogonal(Group):
     """BO = block-diagonal O(b)^k; mirror of reference.groups.BlockOrthogonal."""
@@ -652,6 +670,15 @@ class BlockOrthogonal(Group):
 
     def packed_features(self, p):
         return p.flatten(-3)
+
+    def packed_settle(self, p):
+        """``settle`` on the blocks ``[..., k, b, b]``: refine's x(3I − xᵀx)/2 and the defect
+        max|xᵀx − I| of a block-diagonal x, block by block."""
+        eye = torch.eye(self.block, dtype=p.dtype, device=p.device)
+        moved = p
+        for _ in range(SETTLE_STEPS):
+            moved = 0.5 * (moved @ (3 * eye - moved.mT @ moved))
+        return self._settle_where_far(p, moved, (p.mT @ p - eye).abs().amax(dim=(-3, -2, -1)))
 
 
 class GeneralLinear(Group):

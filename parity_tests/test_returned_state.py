@@ -103,3 +103,42 @@ def test_a_float32_language_model_accepts_the_cache_it_returned_after_a_long_seq
         _, cache = model(tokens)
         model(tokens[:, :3], cache)  # refused (ValueError) if the cache's state were off the group
     assert group_violation("O", cache.state.numpy()) <= default_atol(np.float32, 8) / 2
+
+
+@pytest.mark.parametrize("name, n, block", [("T", 4, None), ("BO", 4, 2), ("BO", 6, 3), ("O", 4, None)])
+@pytest.mark.parametrize("drift", [1e-15, 1e-3])  # within half the float64 tolerance (≈ 1e-13), far off
+def test_the_packed_settle_is_the_settle_of_the_matrix(name, n, block, drift):
+    """On the packed form (T's diagonal, BO's blocks) ``packed_settle`` settles as ``settle`` does on
+    the n×n matrix: the element far off moved, the one within half the tolerance left as it is."""
+    group = get_group(name, n, **({"block": block} if block else {}))
+    x = group.random((3,), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    packed = group.pack(x)
+    noise = torch.randn(packed.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    packed = packed * (1 + drift * noise)
+    settled = group.packed_settle(packed)
+    torch.testing.assert_close(settled, group.pack(group.settle(group.unpack(packed))), rtol=0, atol=1e-15)
+    assert torch.equal(settled, packed) == (drift < 1e-6)
+
+
+class MatrixProducts(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the shapes of the matrix products that run."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.bmm.default, torch.ops.aten.mm.default):
+            self.shapes.append(tuple(args[0].shape))
+        return func(*args, **kwargs or {})
+
+
+@pytest.mark.parametrize("name, fields", [("T", {}), ("BO", {"block": 2})])
+def test_a_torus_or_block_model_settles_its_returned_state_without_n_by_n_products(name, fields):
+    """None on the batch of states (the parameters' group check takes one of the n×n H_0)."""
+    model = GroupRNN(vocab_size=5, group=name, n=32, embedding_dim=3, **fields,
+                     generator=torch.Generator().manual_seed(0))
+    with MatrixProducts() as products:
+        _, cache = model(torch.zeros(2, 3, dtype=torch.long))
+    assert cache.state.shape == (2, 32, 32)
+    assert (2, 32, 32) not in products.shapes, products.shapes

@@ -333,6 +333,10 @@ class Group:
         that det = 1 to rounding)."""
         return x
 
+    def packed_settle(self, p):
+        """``settle`` on the packed form ``p: [..., *packed]`` (``pack``): pack(settle(unpack(p)))."""
+        return self.pack(self.settle(self.unpack(p)))
+
 
 class Orthogonal(Group):
     """O(n): real x with x^T x = I; g = real skew-symmetric matrices, Π(m) = (Re m − Re mᵀ)/2."""
