@@ -25,8 +25,6 @@ def test_an_information_row_has_no_target_and_half_a_target_is_refused():
 
 
 def test_one_suite_per_thread_count(tmp_path):
-    import torch
-
     threads = torch.get_num_threads()
     assert main(["--quick", "--only", "exp", "--threads", "1", "2", "--out", str(tmp_path)]) == 0
     assert torch.get_num_threads() == threads

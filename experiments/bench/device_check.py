@@ -19,17 +19,12 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from experiments import train
-from experiments.baselines import LSTMConfig
-from experiments.bench.group_rnn import lstm_matched_cases, training_step
+from experiments.bench.group_rnn import lstm_matched_cases, matched_contenders
 from experiments.bench.timing import alternate, machine_record
 from experiments.cli import CommandParser
-from experiments.models import build_model
-from experiments.params_budget import parameter_count, size_to_budget
-from manifold_impl.group_rnn import GroupRNN
 from reference.config import GROUP_NAMES
 
 MAX_SYNCS = 2  # per training step: the loss read and the group check
@@ -73,11 +68,7 @@ def throughput(device, quick=False):
     """Training tokens/s of each case and of its matched LSTM, timed alternately (eager)."""
     rows = []
     for label, config, batch, length in throughput_cases(quick):
-        tokens = torch.from_numpy(np.random.default_rng(0).integers(0, config.vocab_size, size=(batch, length + 1)))
-        tokens = tokens.to(device)
-        lstm = size_to_budget(LSTMConfig(vocab_size=config.vocab_size, hidden_size=1), parameter_count(config))
-        contenders = {"group_rnn": training_step(GroupRNN(config, device=device), tokens),
-                      "lstm": training_step(build_model(lstm, device=device), tokens)}
+        contenders, lstm = matched_contenders(config, batch, length, device)
         seconds = alternate(contenders, repeats=2 if quick else 3, device=device)
         per_second = {name: batch * length / value for name, value in seconds.items()}
         rows.append({"model": label, "batch": batch, "length": length, "mode": "eager",

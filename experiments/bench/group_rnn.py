@@ -47,14 +47,20 @@ def lstm_matched_cases(quick=False):
     ]
 
 
+def matched_contenders(config, batch, length, device):
+    """``(contenders, lstm)``: training steps of the group RNN of ``config`` and of the LSTM
+    ``lstm`` matched to its parameter count, on the same random tokens ``[batch, length + 1]``."""
+    tokens = torch.from_numpy(np.random.default_rng(0).integers(0, config.vocab_size, size=(batch, length + 1)))
+    tokens = tokens.to(device)
+    lstm = size_to_budget(LSTMConfig(vocab_size=config.vocab_size, hidden_size=1), parameter_count(config))
+    return {"group_rnn": training_step(GroupRNN(config, device=device), tokens),
+            "lstm": training_step(build_model(lstm, device=device), tokens)}, lstm
+
+
 def versus_lstm(quick=False, device="cpu"):
     rows = []
     for label, config, batch, length, target in lstm_matched_cases(quick):
-        tokens = torch.from_numpy(np.random.default_rng(0).integers(0, config.vocab_size, size=(batch, length + 1)))
-        tokens = tokens.to(device)
-        lstm = size_to_budget(LSTMConfig(vocab_size=config.vocab_size, hidden_size=1), parameter_count(config))
-        contenders = {"group_rnn": training_step(GroupRNN(config, device=device), tokens),
-                      "lstm": training_step(build_model(lstm, device=device), tokens)}
+        contenders, lstm = matched_contenders(config, batch, length, device)
         times = alternate(contenders, repeats=2 if quick else 5, device=device)
         rows.append(row(f"group RNN {label} step tokens/s / matched LSTM (batch {batch}, length {length})",
                         times["lstm"] / times["group_rnn"], ">=", target, seconds=times,
