@@ -1,18 +1,10 @@
 """Report a sweep: ``python -m experiments.report DIR``.
 
-Reads each finished run under DIR (a directory holding ``final.json``) with its ``config.json``; the
-runs' task chooses the report. Language modelling (``lm``): runs whose configs differ only in the
-seed form an arm (labelled by a run's name without its ``-seed<k>`` suffix), and ``report.md`` gives
-per arm the runs, parameters, learning rate, each run's best step (flagged when it is the run's last
-evaluation: not converged), test bits per token of the best-validation model as mean ± 95%
-t-interval over seeds (windowed, and with the state carried across the split for recurrent models),
-tokens/s and training wall time, then the learning-rate search when the sweep had one
-(``chosen_rates.json``), next to ``report_curves.png`` / ``report_drift.png`` (validation bits and
-state drift against the step, mean over seeds) and, for each group-RNN arm,
-``report_dynamics_<arm>.png`` (its training dynamics, ``experiments.analysis.diagnostics``). Noisy recall
-(``recall``) gets its own statistics: see ``experiments/analysis/recall.py``. Any other task gets
-``metrics_report``: per arm, each numeric value of ``final.json`` as mean ± 95% CI over seeds, and a
-plot of each validation metric of ``metrics.jsonl`` (``report_<key>.png``).
+Reads each finished run under DIR (a directory holding ``final.json``) with its ``config.json``; runs
+whose configs differ only in the seed form an arm (labelled by a run's name without its
+``-seed<k>`` suffix). The runs' task chooses the report: ``lm_report`` for language modelling,
+``experiments.analysis.recall.report`` for noisy recall, ``metrics_report`` for any other task. Each
+writes ``report.md`` and its plots into DIR.
 """
 
 from __future__ import annotations
@@ -241,7 +233,16 @@ def report(directory):
 
 
 def lm_report(directory):
-    """Write report.md and the plots of a language-modelling sweep into ``directory``; returns the Markdown."""
+    """Write report.md and the plots of a language-modelling sweep into ``directory``; returns the Markdown.
+
+    ``report.md`` gives per arm the runs, parameters, learning rate, each run's best step (flagged when
+    it is the run's last evaluation: not converged), test bits per token of the best-validation model
+    as mean ± 95% t-interval over seeds (windowed, and with the state carried across the split for
+    recurrent models), tokens/s and training wall time, then the learning-rate search when the sweep
+    had one (``chosen_rates.json``). Beside it: ``report_curves.png`` and ``report_drift.png``
+    (validation bits and state drift against the step, mean over seeds) and, for each group-RNN arm,
+    ``report_dynamics_<arm>.png`` (its training dynamics, ``experiments.analysis.diagnostics``).
+    """
     arms = load_runs(directory)
     speed = directory / "speed.json"
     speed = {arm: record["tokens_per_second"] for arm, record in json.loads(speed.read_text())["arms"].items()} \
