@@ -270,18 +270,30 @@ class Optimizers:
     """AdamW on Euclidean parameters and RiemannianAdam on group-valued ones, stepped together.
 
     With ``train.map_lr == "n_aware"`` each group RNN map whose rate is scaled (``map_lr_groups``)
-    is an AdamW parameter group of its own at ``scale · lr``; the schedule multiplies every group's
-    rate. Without such a map the optimizers are the plain ones (one AdamW group).
+    is an AdamW parameter group of its own at ``scale · lr``; ``rates`` (``{parameter name: lr}``,
+    Euclidean parameters only) gives a parameter a rate of its own in the same way, in place of
+    ``map_lr``'s. The schedule multiplies every group's rate. Without such a parameter the
+    optimizers are the plain ones (one AdamW group).
+
+    Raises:
+        ValueError: ``rates`` names a parameter the model lacks or a group-valued one.
     """
 
-    def __init__(self, model, train):
+    def __init__(self, model, train, rates=None):
         group_valued = [p for p in model.parameters() if isinstance(p, geoopt.ManifoldParameter)]
-        scaled = map_lr_groups(model, train.map_lr)
+        named = dict(model.named_parameters())
+        rates = rates or {}
+        wrong = sorted(name for name in rates if name not in named or isinstance(named[name], geoopt.ManifoldParameter))
+        if wrong:
+            raise ValueError(f"rates name no Euclidean parameter of the model: {wrong}")
+        chosen = {id(named[name]) for name in rates}
+        scaled = [(scale * train.lr, params) for scale, params in map_lr_groups(model, train.map_lr)
+                  if not any(id(p) in chosen for p in params)]
+        scaled += [(rate, [p]) for name, p in named.items() for rate in [rates.get(name)] if rate is not None]
         separate = {id(p) for _, params in scaled for p in params}
         euclidean = [p for p in model.parameters()
                      if not isinstance(p, geoopt.ManifoldParameter) and id(p) not in separate]
-        param_groups = [{"params": euclidean}] + [{"params": params, "lr": scale * train.lr}
-                                                  for scale, params in scaled]
+        param_groups = [{"params": euclidean}] + [{"params": params, "lr": lr} for lr, params in scaled]
         self.optimizers = [torch.optim.AdamW(param_groups, lr=train.lr, weight_decay=train.weight_decay)]
         if group_valued:
             self.optimizers.append(RiemannianAdam(group_valued, lr=train.lr))

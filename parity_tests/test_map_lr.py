@@ -162,3 +162,25 @@ def test_a_group_rnn_layer_inside_another_model_gets_the_rates():
     assert groups[2]["params"][0] is cell.state_map.weight
     assert [g["lr"] for g in groups[1:]] == pytest.approx([1e-3 * math.sqrt(120 / 435),
                                                           1e-3 * REF / (30 * math.sqrt(435))], rel=1e-12)
+
+
+def test_rates_give_named_parameters_their_own_scheduled_rate_in_place_of_map_lr():
+    model = _model(30)
+    config = train.TrainConfig(model="group_rnn", steps=10, lr=2e-3, warmup=2)
+    optimizers = train.Optimizers(model, config, rates={"cell.state_map.weight": 5e-5, "readout.bias": 1e-2})
+    groups = optimizers.optimizers[0].param_groups
+    w, u, bias = model.cell.input_map.weight, model.cell.state_map.weight, model.readout.bias
+    assert [[id(p) for p in g["params"]] for g in groups[1:]] == [[id(w)], [id(u)], [id(bias)]]
+    assert id(u) not in {id(p) for p in groups[0]["params"]} and id(bias) not in {id(p) for p in groups[0]["params"]}
+    for step in range(3):
+        factor = _cosine_factor(step, 2, 10)
+        assert [g["lr"] for g in groups] == pytest.approx(
+            [2e-3 * factor, 2e-3 * math.sqrt(120 / 435) * factor, 5e-5 * factor, 1e-2 * factor], rel=1e-12), step
+        optimizers.step()
+
+
+def test_rates_refuse_a_name_the_model_lacks_or_a_group_valued_parameter():
+    model = _model(8)
+    config = train.TrainConfig(model="group_rnn")
+    with pytest.raises(ValueError, match=r"rates name no Euclidean parameter of the model: \['cell.initial_state', 'nope'\]"):
+        train.Optimizers(model, config, rates={"nope": 1.0, "cell.initial_state": 1.0})

@@ -4,21 +4,21 @@ which fixes help.
     python -m experiments.studies.large_n_divergence.dynamics_probe run O30-base O16-base [--steps 200 --batch 32 --length 128]
     python -m experiments.studies.large_n_divergence.dynamics_probe plot | summary | first-step | list
 
-Each arm of ``ARMS`` trains with the optimizers of ``experiments.train.Optimizers`` at a constant
-rate on the windows of ``experiments.tasks.lm.random_windows`` and records the update's terms and
-the state's dynamics (``train``); its fix is applied to the built model from outside the library
-(``build``, ``map_learning_rates``). Results: ``experiments/results/large_n_divergence/``.
+Each arm of ``ARMS`` trains through ``experiments.train``'s loop (``ProbeRun``, a ``Run``) at a
+constant rate, with its fix applied to the built model and its optimizers from outside the library,
+and records the update's terms and the state's dynamics at every step. Results:
+``experiments/results/large_n_divergence/``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import geoopt
 import numpy as np
 import torch
 from torch import nn
@@ -26,11 +26,9 @@ from torch import nn
 from experiments.baselines import LSTMConfig
 from experiments.cli import CommandParser
 from experiments.data import load_dataset
-from experiments.models import build_model
-from experiments.tasks.lm import bits_per_token, random_windows
+from experiments.tasks.lm import LanguageModellingConfig
+from experiments.train import Optimizers, Run, RunConfig, TrainConfig
 from manifold_impl.linalg import realvec
-from manifold_impl.losses import cross_entropy
-from manifold_impl.optim import RiemannianAdam
 from reference.config import GroupRNNConfig
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "large_n_divergence"
@@ -103,30 +101,46 @@ class BoundedStep(nn.Module):
         return c * (self.theta * torch.tanh(r / self.theta) / r)
 
 
-def build(arm, vocab_size, seed):
-    """The arm's model (seed ``seed``) with its fix, applied from outside the library:
-
-    - ``bound``: A ← θ·tanh(r/θ)·A/r after mixing, r = ‖A‖₂ (``spectral``) or ‖A‖_F = ‖c‖ (``frobenius``);
-    - ``relative``: Adam learning rate of W set to ρ·σ_W and of U to ρ·σ_U, σ the full-scale init std
-      (σ_W = 1/√(F·dim g), σ_U = 1/√(n·dim g)): every Adam step moves W and U by about ρ relative to
-      their scale, whatever n (the same as W = σ_W·W̃ with W̃ ~ N(0, 1) trained at lr ρ);
-    - ``lr_maps``: a plain multiplier on the learning rate of W and U.
-    """
-    generator = torch.Generator().manual_seed(seed)
+def run_config(arm, steps, batch, length, eval_tokens, seed=0):
+    """The ``experiments.train`` configuration of the arm's run: Tiny Shakespeare, constant rate
+    (after the arm's warm-up), clip 1.0, plain map rates (the fixes set their own), evaluation every
+    ``EVAL_EVERY`` steps on the first ``eval_tokens`` validation tokens."""
+    vocab_size = len(load_dataset("tinyshakespeare").vocabulary)
     if arm.model == "lstm":
-        return build_model(LSTMConfig(vocab_size=vocab_size, hidden_size=arm.hidden_size), generator=generator)
-    config = GroupRNNConfig(vocab_size=vocab_size, group="O", n=arm.n, embedding_dim=arm.embedding_dim,
-                            recurrent=arm.recurrent)
-    model = build_model(config, generator=generator)
+        model = LSTMConfig(vocab_size=vocab_size, hidden_size=arm.hidden_size)
+    else:
+        model = GroupRNNConfig(vocab_size=vocab_size, group="O", n=arm.n, embedding_dim=arm.embedding_dim,
+                               recurrent=arm.recurrent)
+    train = TrainConfig(model=arm.model, task="lm", steps=steps, batch=batch, lr=arm.lr, schedule="constant",
+                        warmup=arm.warmup, clip=1.0, eval_every=EVAL_EVERY, checkpoint_every=steps, seed=seed,
+                        map_lr="plain")
+    return RunConfig(train, LanguageModellingConfig(dataset="tinyshakespeare", length=length,
+                                                    eval_tokens=eval_tokens), model)
+
+
+def apply_fix(arm, model):
+    """The arm's fix to the built model, from outside the library (the rates: ``map_learning_rates``):
+
+    - ``readout_scale``: the readout weight's initial draw multiplied by it;
+    - ``bound``: A ← θ·tanh(r/θ)·A/r after mixing, r = ‖A‖₂ (``spectral``) or ‖A‖_F = ‖c‖ (``frobenius``).
+    """
+    if arm.model != "group_rnn":
+        return
     with torch.no_grad():
         model.readout.weight.mul_(arm.readout_scale)
     if arm.bound is not None:
         model.cell.mixing = BoundedStep(model.cell.mixing, model.group, *arm.bound)
-    return model
 
 
 def map_learning_rates(arm, model):
-    """{parameter name: lr} for W and U under the arm's fix (empty: every parameter at arm.lr)."""
+    """{parameter name: lr} for W and U under the arm's fix (empty: every parameter at arm.lr):
+
+    - ``relative``: Adam learning rate of W set to ρ·σ_W and of U to ρ·σ_U, σ the full-scale init std
+      (σ_W = 1/√(F·dim g), σ_U = 1/√(n·dim g)): every Adam step moves W and U by about ρ relative to
+      their scale, whatever n (the same as W = σ_W·W̃ with W̃ ~ N(0, 1) trained at lr ρ);
+    - ``n_ref``: W's rate × √(dim_ref/dim g), U's × n_ref·√dim_ref / (n·√dim g);
+    - ``lr_maps``: a plain multiplier on the learning rate of W and U.
+    """
     if arm.model != "group_rnn":
         return {}
     dim, n, features = model.group.dim, model.group.n, arm.embedding_dim
@@ -143,23 +157,6 @@ def map_learning_rates(arm, model):
         return {}
     names = dict(model.named_parameters())
     return {name: lr for name, lr in rates.items() if name in names}
-
-
-def optimizers(arm, model):
-    """AdamW (Euclidean, one group per special lr) and RiemannianAdam (group-valued), as train.Optimizers."""
-    special = map_learning_rates(arm, model)
-    plain, groups, manifold = [], [], []
-    for name, p in model.named_parameters():
-        if isinstance(p, geoopt.ManifoldParameter):
-            manifold.append(p)
-        elif name in special:
-            groups.append({"params": [p], "lr": special[name]})
-        else:
-            plain.append(p)
-    result = [torch.optim.AdamW([{"params": plain}, *groups], lr=arm.lr, weight_decay=0.0)]
-    if manifold:
-        result.append(RiemannianAdam(manifold, lr=arm.lr))
-    return result, special
 
 
 @torch.no_grad()
@@ -198,9 +195,76 @@ WATCHED = {"W": "cell.input_map.weight", "U": "cell.state_map.weight", "embeddin
            "readout": "readout.weight"}
 
 
+class ProbeRun(Run):
+    """A run of ``experiments.train`` with the arm's fix, recording what ``train`` describes.
+
+    The forward pass of each training batch is kept (a forward hook), and ``update`` measures around
+    the loop's own clip and step; ``evaluate`` keeps each validation score. Training is the loop's:
+    the same parameters, step for step, as a ``Run`` of the same configuration and fix.
+    """
+
+    def __init__(self, directory, config, arm, every):
+        super().__init__(directory, config)
+        self.arm, self.every = arm, every
+        apply_fix(arm, self.model)
+        self.special = map_learning_rates(arm, self.model)
+        if self.special:
+            self.optimizers = Optimizers(self.model, self.train, rates=self.special)
+        params = dict(self.model.named_parameters())
+        self.watched = {key: params[p] for key, p in WATCHED.items() if p in params}
+        self.initial = {key: p.detach().clone() for key, p in self.watched.items()}
+        self.walked = {key: 0.0 for key in self.watched}  # Σ_s ‖ΔP_s‖²
+        self.per_step, self.records, self.evals = [], [], []
+        self.batch = self.loss = None
+        self.model.register_forward_hook(self._keep_training_forward)
+
+    def _keep_training_forward(self, model, args, output):
+        if model.training:
+            self.batch = (args[0], output[1])  # the inputs and the cache of this step's training batch
+
+    def backward(self, inputs, targets):
+        self.loss = super().backward(inputs, targets)
+        return self.loss
+
+    @torch.no_grad()
+    def evaluate(self, split):
+        metrics = super().evaluate(split)
+        if split == "valid":
+            self.evals.append({"step": self.step, "valid_bits": metrics["valid_bits"]})
+            print(f"{self.directory.name} step {self.step} valid {metrics['valid_bits']:.3f}", flush=True)
+        return metrics
+
+    def update(self):
+        model, step, arm = self.model, self.step, self.arm
+        grads = {name: (p.grad.norm().item() if p.grad is not None else 0.0) for name, p in model.named_parameters()}
+        total = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]).item()
+        measured = dynamics(model, self.batch[0], self.batch[1].states) if arm.model == "group_rnn" and step % self.every == 0 else {}
+        before = {key: p.detach().clone() for key, p in self.watched.items()}
+        factor = self.optimizers.optimizers[0].param_groups[0]["lr"] / arm.lr  # the warm-up's factor this step
+        super().update()
+        row = {"step": step, "loss_bits": self.loss / math.log(2), "grad_total": total}
+        for key, p in self.watched.items():
+            delta = p.detach() - before[key]
+            row[f"rel_step_{key}"] = (delta.norm() / before[key].norm().clamp_min(1e-30)).item()
+            self.walked[key] += delta.norm().item() ** 2
+            if key in ("W", "U"):
+                lr = self.special.get(WATCHED[key], arm.lr)
+                row[f"entry_step_{key}"] = (delta.abs().mean() / (lr * factor)).item()  # Adam: ≈ 1 when every entry moves by lr
+        self.per_step.append(row)
+        if step % self.every == 0:
+            record = {"step": step, "loss_bits": row["loss_bits"], "grad_norms": grads, **measured}
+            for key, p in self.watched.items():  # after this step's update
+                record[f"norm_{key}"] = p.detach().norm().item()
+                travelled = (p.detach() - self.initial[key]).norm().item()
+                record[f"travel_{key}"] = travelled  # ‖P_t − P_0‖
+                record[f"coherence_{key}"] = travelled / max(math.sqrt(self.walked[key]), 1e-30)  # 1: random walk; √t: straight
+            self.records.append(record)
+
+
 def train(name, arm, steps, batch, length, every, eval_tokens, seed=0):
-    """Train arm ``name`` and write its record to ``RESULTS/<name>.json``: every ``every`` steps, on
-    the first ``SAMPLE`` sequences of the training batch,
+    """Train arm ``name`` through ``experiments.train``'s loop and write its record to
+    ``RESULTS/<name>.json``: every ``every`` steps, on the first ``SAMPLE`` sequences of the training
+    batch,
 
     - ‖W e_t‖, ‖U realvec(H_{t−1})‖, ‖b‖ and ‖c_t‖ (mean over t and sequences) — the input and state
       terms of the update's coordinates c_t;
@@ -213,68 +277,18 @@ def train(name, arm, steps, batch, length, every, eval_tokens, seed=0):
     embedding and the readout weight made by that optimizer step. Validation bits (windowed, 128
     tokens, ``--eval-tokens`` tokens of the validation split) at steps 0, 50, 100, ….
     """
-    torch.manual_seed(seed)
-    data = load_dataset("tinyshakespeare")
-    model = build(arm, len(data.vocabulary), seed)
-    opts, special = optimizers(arm, model)
-    schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: min(1.0, (s + 1) / arm.warmup) if arm.warmup else 1.0)
-                 for o in opts]
-    params = dict(model.named_parameters())
-    watched = {key: params[p] for key, p in WATCHED.items() if p in params}
-    initial = {key: p.detach().clone() for key, p in watched.items()}
-    walked = {key: 0.0 for key in watched}  # Σ_s ‖ΔP_s‖²
-    rng = np.random.default_rng(seed)
-    stream, valid = data.streams["train"], data.streams["valid"][: eval_tokens + 1]
-    per_step, records, evals = [], [], []
     start = time.perf_counter()
-    for step in range(steps + 1):
-        if step % EVAL_EVERY == 0 or step == steps:
-            model.eval()
-            evals.append({"step": step, "valid_bits": bits_per_token(model, valid, length)})
-            model.train()
-            print(f"{name} step {step} valid {evals[-1]['valid_bits']:.3f} ({time.perf_counter() - start:.0f}s)",
-                  flush=True)
-        if step == steps:
-            break
-        inputs, targets = random_windows(stream, batch, length, rng)
-        logits, cache = model(inputs)
-        loss = cross_entropy(logits, targets)
-        for o in opts:
-            o.zero_grad(set_to_none=True)
-        loss.backward()
-        grads = {p: (q.grad.norm().item() if q.grad is not None else 0.0) for p, q in model.named_parameters()}
-        total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
-        measured = dynamics(model, inputs, cache.states) if arm.model == "group_rnn" and step % every == 0 else {}
-        before = {key: p.detach().clone() for key, p in watched.items()}
-        factor = opts[0].param_groups[0]["lr"] / arm.lr  # the warm-up's factor this step
-        for o, schedule in zip(opts, schedules):
-            o.step()
-            schedule.step()
-        row = {"step": step, "loss_bits": loss.item() / math.log(2), "grad_total": total}
-        for key, p in watched.items():
-            delta = (p.detach() - before[key])
-            row[f"rel_step_{key}"] = (delta.norm() / before[key].norm().clamp_min(1e-30)).item()
-            walked[key] += delta.norm().item() ** 2
-            if key in ("W", "U"):
-                lr = special.get(WATCHED[key], arm.lr)
-                row[f"entry_step_{key}"] = (delta.abs().mean() / (lr * factor)).item()  # Adam: ≈ 1 when every entry moves by lr
-        per_step.append(row)
-        if step % every == 0:
-            record = {"step": step, "loss_bits": row["loss_bits"], "grad_norms": grads, **measured}
-            for key, p in watched.items():  # after this step's update
-                record[f"norm_{key}"] = p.detach().norm().item()
-                travelled = (p.detach() - initial[key]).norm().item()
-                record[f"travel_{key}"] = travelled  # ‖P_t − P_0‖
-                record[f"coherence_{key}"] = travelled / max(math.sqrt(walked[key]), 1e-30)  # 1: random walk; √t: straight
-            records.append(record)
-            print(f"{name} step {step} loss {row['loss_bits']:.3f} "
-                  + " ".join(f"{k}={v:.3g}" for k, v in record.items() if isinstance(v, float) and k != "loss_bits"),
-                  flush=True)
+    with tempfile.TemporaryDirectory() as scratch:  # the run's own files; the record below is the result
+        (Path(scratch) / name).mkdir()
+        probe = ProbeRun(Path(scratch) / name, run_config(arm, steps, batch, length, eval_tokens, seed), arm, every)
+        probe.evaluate("valid")
+        probe.fit()
+    model = probe.model
     result = {"arm": name, "config": asdict(arm), "steps": steps, "batch": batch, "length": length, "seed": seed,
-              "eval_tokens": eval_tokens, "special_lr": special, "seconds": time.perf_counter() - start,
+              "eval_tokens": eval_tokens, "special_lr": probe.special, "seconds": time.perf_counter() - start,
               "parameters": sum(p.numel() for p in model.parameters()),
               "parameter_split": {p: q.numel() for p, q in model.named_parameters()},
-              "records": records, "per_step": per_step, "evals": evals}
+              "records": probe.records, "per_step": probe.per_step, "evals": probe.evals}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1))
     return result
@@ -357,30 +371,23 @@ FIGURES = {
 
 
 def first_step(sizes=(8, 12, 16, 24, 30, 36), lr=1e-3, batch=32, length=128, seed=0):
-    """The drive before and after ONE optimizer step (Adam's first step is lr·sign(g) per entry),
-    against the predicted scalings: ‖ΔW‖/‖W‖ = lr·√(F·dim g) and, with the state near I (where
-    realvec(H) = realvec(I) is a constant input, so U's n diagonal columns take the same step),
-    Δ‖U realvec(H)‖ ≈ lr·n·√(dim g)."""
-    data = load_dataset("tinyshakespeare")
+    """The drive before and after ONE optimizer step of the training loop (Adam's first step is
+    lr·sign(g) per entry), on that step's batch, against the predicted scalings: ‖ΔW‖/‖W‖ = lr·√(F·dim g)
+    and, with the state near I (where realvec(H) = realvec(I) is a constant input, so U's n diagonal
+    columns take the same step), Δ‖U realvec(H)‖ ≈ lr·n·√(dim g)."""
     rows = []
     for n in sizes:
         arm = Arm(n=n, lr=lr)
-        model = build(arm, len(data.vocabulary), seed)
-        opts, _ = optimizers(arm, model)
-        inputs, targets = random_windows(data.streams["train"], batch, length, np.random.default_rng(seed))
-        logits, cache = model(inputs)
-        before = dynamics(model, inputs, cache.states)
-        weight = model.cell.input_map.weight.detach().clone()
-        cross_entropy(logits, targets).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        for o in opts:
-            o.step()
+        with tempfile.TemporaryDirectory() as scratch:
+            probe = ProbeRun(Path(scratch), run_config(arm, 1, batch, length, length, seed), arm, every=1)
+            probe.fit()
+        model, (inputs, _) = probe.model, probe.batch
+        before = probe.records[0]
         with torch.no_grad():
             _, cache = model(inputs)
         after = dynamics(model, inputs, cache.states)
         dim = model.group.dim
-        rows.append({"n": n, "dim": dim,
-                     "rel_step_W": ((model.cell.input_map.weight - weight).norm() / weight.norm()).item(),
+        rows.append({"n": n, "dim": dim, "rel_step_W": probe.per_step[0]["rel_step_W"],
                      "predicted_rel_step_W": lr * math.sqrt(arm.embedding_dim * dim),
                      "state_term": [before["state_term"], after["state_term"]],
                      "predicted_state_term_jump": lr * n * math.sqrt(dim),
