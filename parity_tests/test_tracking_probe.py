@@ -39,3 +39,24 @@ def test_set_token_angles_round_trip(angles):
 def test_wrap():
     np.testing.assert_allclose(probe.wrap([0.5, 4.0, -4.0, math.pi, -math.pi]),
                                [0.5, 4.0 - 2 * math.pi, 2 * math.pi - 4.0, math.pi, math.pi])
+
+
+def test_the_probe_trains_through_the_training_loop_and_keeps_its_angles(tmp_path):
+    """An ``AngleRun`` trains the parameters a plain ``Run`` of its configuration trains; its path starts
+    at the angles ``prepare`` set and has one entry per step after them."""
+    from experiments.train import Run
+
+    config = probe.run_config(probe.so2_config(), seed=1, steps=4, batch=8, ramp=3)
+    (tmp_path / "watched").mkdir()
+    (tmp_path / "plain").mkdir()
+    watched = probe.AngleRun(tmp_path / "watched", config, lambda model, seed: probe.set_token_angles(model, [0.0, 2.5]))
+    plain = Run(tmp_path / "plain", config)
+    probe.set_token_angles(plain.model, [0.0, 2.5])
+    watched.fit()
+    plain.fit()
+    for (name, got), expected in zip(watched.model.state_dict().items(), plain.model.state_dict().values()):
+        assert torch.equal(got, expected), name
+    assert len(watched.losses) == 4 and len(watched.path) == 5
+    np.testing.assert_allclose(probe.wrap(watched.path[0] - np.array([0.0, 2.5])), 0.0, atol=1e-6)
+    np.testing.assert_array_equal(watched.path[-1], probe.token_angles(watched.model))
+    assert not np.array_equal(watched.path[0], watched.path[-1])  # it did train

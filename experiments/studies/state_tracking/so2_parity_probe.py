@@ -1,7 +1,7 @@
 """Why an input-driven SO(2) RNN often stays at chance on parity: ``--part spread`` (the initial
 token angles over many inits), ``landscape`` (the exact expected loss over the (θ_0, θ_1) torus and
-the clock's basin against the training length) and ``train`` (400-step runs of the default model,
-readouts, hand-set angles, a curriculum, smaller rates and an LSTM).
+the clock's basin against the training length) and ``train`` (400-step runs of ``experiments.train``
+on parity: the default model, readouts, hand-set angles, a curriculum, smaller rates and an LSTM).
 
     python -m experiments.studies.state_tracking.so2_parity_probe [--part spread|landscape|train|all] [--seeds 3]
 
@@ -12,21 +12,20 @@ is solved by θ_0 ≡ 0, θ_1 ≡ π. Single-threaded, a few minutes; nothing he
 from __future__ import annotations
 
 import math
+import tempfile
+from pathlib import Path
 
-import geoopt
 import numpy as np
 import scipy.optimize
 import scipy.stats
 import torch
-import torch.nn.functional as F
 
 from experiments.baselines import LSTMConfig
 from experiments.cli import CommandParser
 from experiments.models import build_model
-from experiments.tasks.count import parity_batch
 from experiments.tasks.base import split_generator
-from experiments.tasks.sequences import curriculum_length
-from manifold_impl.optim import AdamW, RiemannianAdam
+from experiments.tasks.count import CountingConfig, parity_batch
+from experiments.train import Run, RunConfig, TrainConfig
 from reference.config import GroupRNNConfig
 
 MIN_LENGTH, MAX_LENGTH = 2, 40
@@ -175,16 +174,6 @@ def landscape(points=721, grid=72):
 
 # --- 3. training -----------------------------------------------------------------------------------
 
-def make_optimizers(model, lr, steps):
-    group_valued = [p for p in model.parameters() if isinstance(p, geoopt.ManifoldParameter)]
-    euclidean = [p for p in model.parameters() if not isinstance(p, geoopt.ManifoldParameter)]
-    optimizers = [AdamW(euclidean, lr=lr, weight_decay=0.0)]
-    if group_valued:
-        optimizers.append(RiemannianAdam(group_valued, lr=lr))
-    schedules = [torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps) for o in optimizers]
-    return optimizers, schedules
-
-
 def evaluate(model, seed, batch=64):
     """Accuracy over all positions and at the last one, per test length."""
     out = {}
@@ -197,58 +186,70 @@ def evaluate(model, seed, batch=64):
     return out
 
 
-def train(model, seed, steps=400, batch=64, lr=1e-2, ramp=0):
-    """Train on parity. ``ramp`` > 0: length curriculum (the longest length grows from 2 to 40).
+class AngleRun(Run):
+    """A ``Run`` of ``experiments.train`` that keeps each step's training loss and, for the SO(2) RNN,
+    the token angles at the start and after every step (``path``, ``[steps + 1, 2]``; None otherwise).
+    ``prepare(model, seed)``, if given, changes the built model before the first step."""
+
+    def __init__(self, directory, config, prepare=None):
+        super().__init__(directory, config)
+        if prepare is not None:
+            prepare(self.model, self.train.seed)
+        self.losses = []
+        self.path = [token_angles(self.model)] if hasattr(self.model, "cell") else None
+
+    def backward(self, inputs, targets):
+        loss = super().backward(inputs, targets)
+        self.losses.append(loss)
+        return loss
+
+    def update(self):
+        super().update()
+        if self.path is not None:
+            self.path.append(token_angles(self.model))
+
+
+def run_config(model, seed, steps=400, batch=64, lr=1e-2, ramp=0):
+    """The ``experiments.train`` configuration of a parity run: lengths 2–40 (``ramp`` > 0: the longest
+    grows from 2 to 40 over ``ramp`` steps), cosine rate, clip 1.0, one evaluation at the end."""
+    name = "lstm" if isinstance(model, LSTMConfig) else "group_rnn"
+    train = TrainConfig(model=name, task="count", steps=steps, batch=batch, lr=lr, schedule="cosine", clip=1.0,
+                        eval_every=steps, checkpoint_every=steps, seed=seed, map_lr="plain")
+    task = CountingConfig(modulus=2, train_min_length=MIN_LENGTH, train_max_length=MAX_LENGTH, curriculum_steps=ramp,
+                          eval_max_length=MAX_LENGTH)
+    return RunConfig(train, task, model)
+
+
+def train(model, seed, prepare=None, **options):
+    """Train ``model`` (a config) on parity through ``experiments.train``'s loop (``run_config``'s options).
 
     Returns:
         the mean training loss of the last 20 steps, ``evaluate``'s dict, and for a group RNN the
         token angles after every step ``[steps + 1, 2]`` (None for other models).
     """
-    generator = np.random.default_rng(seed)  # the training stream, as in experiments.train
-    optimizers, schedules = make_optimizers(model, lr, steps)
-    is_rnn = hasattr(model, "cell")
-    losses, path = [], [token_angles(model)] if is_rnn else None
-    for step in range(steps):
-        high = curriculum_length(step, MIN_LENGTH, MAX_LENGTH, ramp)
-        inputs, targets = parity_batch(generator, batch, int(generator.integers(MIN_LENGTH, high + 1)))
-        logits, _ = model(torch.from_numpy(inputs))
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.from_numpy(targets).reshape(-1))
-        for optimizer in optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        for optimizer, schedule in zip(optimizers, schedules):
-            optimizer.step()
-            schedule.step()
-        losses.append(loss.item())
-        if is_rnn:
-            path.append(token_angles(model))
-    return float(np.mean(losses[-20:])), evaluate(model, seed), None if path is None else np.array(path)
+    with tempfile.TemporaryDirectory() as scratch:
+        run = AngleRun(Path(scratch), run_config(model, seed, **options), prepare)
+        run.fit()
+    path = None if run.path is None else np.array(run.path)
+    return float(np.mean(run.losses[-20:])), evaluate(run.model, seed), path
 
 
 def variants():
-    """name -> (seed -> model, training options)."""
-    def rnn(readout="linear", angles=None):
-        def make(seed):
-            model = build_model(so2_config(readout), generator=torch.Generator().manual_seed(seed))
-            if angles is not None:
-                set_token_angles(model, angles(seed))
-            return model
-        return make
+    """name -> (model config, prepare(model, seed) or None, training options)."""
+    def angles(choose):
+        return lambda model, seed: set_token_angles(model, choose(seed))
 
     spread_init = lambda seed: np.random.default_rng(seed).uniform(0, np.pi, size=2)  # noqa: E731
-    lstm = lambda seed: build_model(LSTMConfig(vocab_size=2, hidden_size=32),  # noqa: E731
-                                    generator=torch.Generator().manual_seed(seed))
     return {
-        "SO(2) linear readout (default)": (rnn(), {}),
-        "SO(2) prototype readout": (rnn("prototype"), {}),
-        "SO(2) linear, θ ~ U[0, π] per token": (rnn(angles=spread_init), {}),
-        "SO(2) linear, θ_0=0, θ_1=2.5": (rnn(angles=lambda seed: [0.0, 2.5]), {}),
-        "SO(2) linear, θ_0=0, θ_1=3.0": (rnn(angles=lambda seed: [0.0, 3.0]), {}),
-        "SO(2) linear, curriculum 2→40 over 300 steps": (rnn(), {"ramp": 300}),
-        "SO(2) linear, lr 3e-3": (rnn(), {"lr": 3e-3}),
-        "SO(2) linear, lr 1e-3": (rnn(), {"lr": 1e-3}),
-        "LSTM hidden 32": (lstm, {}),
+        "SO(2) linear readout (default)": (so2_config(), None, {}),
+        "SO(2) prototype readout": (so2_config("prototype"), None, {}),
+        "SO(2) linear, θ ~ U[0, π] per token": (so2_config(), angles(spread_init), {}),
+        "SO(2) linear, θ_0=0, θ_1=2.5": (so2_config(), angles(lambda seed: [0.0, 2.5]), {}),
+        "SO(2) linear, θ_0=0, θ_1=3.0": (so2_config(), angles(lambda seed: [0.0, 3.0]), {}),
+        "SO(2) linear, curriculum 2→40 over 300 steps": (so2_config(), None, {"ramp": 300}),
+        "SO(2) linear, lr 3e-3": (so2_config(), None, {"lr": 3e-3}),
+        "SO(2) linear, lr 1e-3": (so2_config(), None, {"lr": 1e-3}),
+        "LSTM hidden 32": (LSTMConfig(vocab_size=2, hidden_size=32), None, {}),
     }
 
 
@@ -273,10 +274,10 @@ def _angle_summary(path):
 def train_all(seeds):
     print(f"[train] parity, 400 steps, batch 64, lengths {MIN_LENGTH}–{MAX_LENGTH}, lr 1e-2 unless said; accuracy "
           f"over all positions (at the last position) at lengths {TEST_LENGTHS}; angles (θ_0, θ_1; δ = θ_1 − θ_0)")
-    for name, (make, options) in variants().items():
+    for name, (model, prepare, options) in variants().items():
         solved = np.zeros(len(TEST_LENGTHS), dtype=int)
         for seed in range(seeds):
-            loss, scores, path = train(make(seed), seed, **options)
+            loss, scores, path = train(model, seed, prepare, **options)
             solved += [accuracy >= 0.99 for accuracy, _ in scores.values()]
             accuracy = " ".join(f"{length}: {a:.3f} ({last:.2f})" for length, (a, last) in scores.items())
             angles = "" if path is None else "\n      " + _angle_summary(path)
