@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 STUDIES = EXPERIMENTS / "studies"
 CODE_TREES = ("reference", "manifold_impl", "parity_tests", "experiments")
-HISTORY = re.compile(r"(issue|session)s? [0-9]+|finding [0-9]+", re.IGNORECASE)
+HISTORY = re.compile(r"(issue|session)s?\s+[0-9]+|finding\s+[0-9]+", re.IGNORECASE)  # across a line break too
 
 
 def test_every_results_folder_has_its_study_folder_with_a_readme():
@@ -63,6 +63,6 @@ def test_code_names_no_issue_session_or_finding():
                 text = path.read_text()
             except UnicodeDecodeError:
                 continue
-            hits += [f"{path.relative_to(ROOT)}:{number}" for number, line in enumerate(text.splitlines(), 1)
-                     if HISTORY.search(line)]
+            hits += [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}"
+                     for match in HISTORY.finditer(text)]
     assert not hits, hits

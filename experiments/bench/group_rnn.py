@@ -1,6 +1,6 @@
-"""Training-step throughput of the group RNN ÷ a parameter-matched ``nn.LSTM`` language model (issue
-12, item 6: O(24) and U(24) at batch 32 × 128, the demo's O(16) at 32 × 64, T and BO(2×2 blocks)
-sized to 0.5M parameters), and of the reference's training step ÷ the torch one (information).
+"""Training-step throughput of the group RNN ÷ a parameter-matched ``nn.LSTM`` language model (O(24)
+and U(24) at batch 32 × 128, the demo's O(16) at 32 × 64, T and BO(2×2 blocks) sized to 0.5M
+parameters), and of the reference's training step ÷ the torch one (information).
 Each row times the two models alternately in one process (``alternate``).
 """
 
