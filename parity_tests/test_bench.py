@@ -107,6 +107,9 @@ def test_the_device_check_runs_on_the_cpu_and_summarizes_parity_last(tmp_path, c
     assert record["parity"] == {"passed": 1, "total": 2, "failed": ["mlstm-ns-float64"]}
     assert [row["group"] for row in record["syncs"]] == list(GROUP_NAMES)
     assert all(row["syncs"] is None for row in record["syncs"])  # counted by CUDA only
+    assert [row["group"] for row in record["captured"]] == list(GROUP_NAMES)
+    assert all(row == {"group": row["group"], "captured": False, "max_difference": 0.0, "error": None}
+               for row in record["captured"])  # the replay harness, uncaptured off CUDA
     assert [(row["model"][:5], row["batch"]) for row in record["throughput"]] == [
         ("O(24)", 8), ("U(24)", 8), ("T siz", 8), ("BO 2×", 8)]
     assert all(row["tokens_per_second"] > 0 and row["lstm_tokens_per_second"] > 0 for row in record["throughput"])

@@ -6,6 +6,8 @@
   parameters' group check). Not measured off CUDA.
 * Training tokens/s of O(24), U(24), T and BO (``bench.group_rnn``'s configurations) at batch 32
   and 256 × 128, eager, against ``nn.LSTM`` at matched parameters (cuDNN on CUDA).
+* A capturable ``RiemannianAdam`` step captured once in a CUDA graph and replayed, per group,
+  against the same steps run eagerly (the same bits expected); off CUDA replayed uncaptured.
 
 Saves ``--out``/``device_check.json`` and prints a short table last (with ``--parity``, a file of
 ``label pass|FAIL`` lines, the parity checks' summary first).
@@ -25,6 +27,9 @@ from experiments import train
 from experiments.bench.group_rnn import lstm_matched_cases, matched_contenders
 from experiments.bench.timing import alternate, machine_record
 from experiments.cli import CommandParser
+from manifold_impl.groups import get_group
+from manifold_impl.manifolds import group_parameter
+from manifold_impl.optim import RiemannianAdam
 from reference.config import GROUP_NAMES
 
 MAX_SYNCS = 2  # per training step: the loss read and the group check
@@ -77,6 +82,59 @@ def throughput(device, quick=False):
     return rows
 
 
+def replayable(step, device):
+    """Run ``step`` once (on a side stream on CUDA: the first optimizer step allocates its moments)
+    and return its replay: on CUDA a CUDA graph captured from a second call (capture runs nothing),
+    elsewhere ``step`` itself."""
+    if device.type != "cuda":
+        step()
+        return step
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+def captured_optimizer_steps(group, device, steps=5):
+    """``{"group", "captured", "max_difference", "error"}``: ``steps`` steps of a capturable
+    ``RiemannianAdam`` (rate as a device tensor) on 4 float32 points of ``group`` (n = 8, BO in 2×2
+    blocks), the first run once and every later one a replay (``replayable``; captured on CUDA only)
+    with new gradients copied in, against the same steps run plainly; ``max_difference`` the largest
+    |difference| of the points after them (0: the same bits), ``error`` why a capture failed."""
+    device = torch.device(device)
+    manifold_group = get_group(group, 8, block=2 if group == "BO" else None)
+    generator = torch.Generator().manual_seed(0)
+    start = manifold_group.random((4,), generator=generator, dtype=torch.float32)
+    grads = [torch.randn(start.shape, generator=generator, dtype=start.dtype).to(device) for _ in range(steps)]
+
+    def fresh():
+        point = group_parameter(start.to(device), manifold_group)
+        optimizer = RiemannianAdam([point], lr=1e-2, capturable=True)
+        optimizer.param_groups[0]["lr"] = torch.tensor(1e-2, dtype=torch.float64, device=device)
+        return point, optimizer
+
+    plain, optimizer = fresh()
+    for grad in grads:
+        plain.grad = grad.clone()
+        optimizer.step()
+    replayed, optimizer = fresh()
+    replayed.grad = grads[0].clone()  # the static buffer every replay reads
+    result = {"group": group, "captured": device.type == "cuda", "max_difference": None, "error": None}
+    try:
+        replay = replayable(optimizer.step, device)
+        for grad in grads[1:]:
+            replayed.grad.copy_(grad)
+            replay()
+    except RuntimeError as error:  # a step that cannot be captured: recorded, the other checks still run
+        return {**result, "error": str(error).splitlines()[0][:200]}
+    return {**result, "max_difference": (replayed.detach() - plain.detach()).abs().max().item()}
+
+
 def parity_summary(path):
     """``(passed, total, failed labels)`` of a file of ``label pass|FAIL`` lines."""
     lines = [line.rsplit(" ", 1) for line in Path(path).read_text().splitlines() if line.strip()]
@@ -94,6 +152,10 @@ def table(record):
     lines.append("host syncs per training step (at most %d expected):" % MAX_SYNCS)
     lines += [f"  {row['group']:3} {'not measured off CUDA' if row['syncs'] is None else row['syncs']}"
               for row in record["syncs"]]
+    lines.append("a captured RiemannianAdam step replayed, max |difference| from eager steps (0 expected):")
+    lines += [f"  {row['group']:3} " + (f"FAIL: {row['error']}" if row["error"] else f"{row['max_difference']:.3g}"
+                                        + ("" if row["captured"] else " (replayed uncaptured off CUDA)"))
+              for row in record["captured"]]
     lines.append(f"  {'model':58} {'batch':>5} {'mode':6} {'tokens/s':>10} {'LSTM tok/s':>10} {'ratio':>6}")
     lines += [f"  {row['model'][:58]:58} {row['batch']:5} {row['mode']:6} {row['tokens_per_second']:10.0f} "
               f"{row['lstm_tokens_per_second']:10.0f} {row['ratio_to_lstm']:6.3f}" for row in record["throughput"]]
@@ -118,6 +180,7 @@ def main(argv=None):
         passed, total, failed = parity_summary(args.parity)
         record["parity"] = {"passed": passed, "total": total, "failed": failed}
     record["syncs"] = [syncs_of_a_training_step(group, device, args.quick) for group in GROUP_NAMES]
+    record["captured"] = [captured_optimizer_steps(group, device) for group in GROUP_NAMES]
     record["throughput"] = throughput(device, args.quick)
     record["seconds"] = time.perf_counter() - start
     args.out.mkdir(parents=True, exist_ok=True)
@@ -126,7 +189,9 @@ def main(argv=None):
     print(f"saved {path}")
     print(table(record))
     syncs = [row["syncs"] for row in record["syncs"] if row["syncs"] is not None]
-    return 0 if all(count <= MAX_SYNCS for count in syncs) and not record.get("parity", {}).get("failed") else 1
+    captured = all(row["error"] is None and row["max_difference"] == 0.0 for row in record["captured"])
+    return 0 if all(count <= MAX_SYNCS for count in syncs) and captured \
+        and not record.get("parity", {}).get("failed") else 1
 
 
 if __name__ == "__main__":
