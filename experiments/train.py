@@ -289,7 +289,7 @@ class Optimizers:
         chosen = {id(named[name]) for name in rates}
         scaled = [(scale * train.lr, params) for scale, params in map_lr_groups(model, train.map_lr)
                   if not any(id(p) in chosen for p in params)]
-        scaled += [(rate, [p]) for name, p in named.items() for rate in [rates.get(name)] if rate is not None]
+        scaled += [(rates[name], [p]) for name, p in named.items() if name in rates]
         separate = {id(p) for _, params in scaled for p in params}
         euclidean = [p for p in model.parameters()
                      if not isinstance(p, geoopt.ManifoldParameter) and id(p) not in separate]

@@ -2,7 +2,6 @@
 group, and torch's AdamW for Euclidean models. ``reference/optim.py`` writes their math out for
 step parity."""
 
-import geoopt
 import geoopt.optim
 import torch
 from geoopt.optim import RiemannianSGD
@@ -29,14 +28,6 @@ class RiemannianAdam(geoopt.optim.RiemannianAdam):
     moments in the parameter's complex dtype and cannot take their running maximum.
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
-                 stabilize=None, capturable=False):
-        if capturable and stabilize is not None:
-            raise ValueError("RiemannianAdam(capturable=True) cannot stabilize: it would read the step count "
-                             "on the host every step; use stabilize=None")
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                         stabilize=stabilize, capturable=capturable)
-
     def add_param_group(self, param_group):
         params = param_group["params"]
         param_group["params"] = [params] if isinstance(params, torch.Tensor) else list(params)
@@ -48,8 +39,9 @@ class RiemannianAdam(geoopt.optim.RiemannianAdam):
                                      "and T): use amsgrad=False")
         if param_group.get("capturable", self.defaults["capturable"]) != self.defaults["capturable"]:
             raise ValueError("RiemannianAdam takes capturable for all its parameter groups or for none")
-        if self.defaults["capturable"] and param_group.get("stabilize") is not None:
-            raise ValueError("RiemannianAdam(capturable=True) cannot stabilize a parameter group")
+        if self.defaults["capturable"] and param_group.get("stabilize", self._stabilize) is not None:
+            raise ValueError("RiemannianAdam(capturable=True) cannot stabilize: it would read the step count "
+                             "on the host every step; use stabilize=None")
         super().add_param_group(param_group)
 
     def __setstate__(self, state):
