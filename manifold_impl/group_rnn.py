@@ -217,11 +217,11 @@ class _FusedRecurrence(torch.autograd.Function):
 
     Forward, without a graph: c_t = coordinates(H_{t-1}, d_t), m_t = mix(c_t),
     X_t = cell.update(m_t) (= pack(exp(hat(bound(m_t))))), H_t = reproject(H_{t-1} X_t). Only the update
-    records its intermediates (a one-node graph per step, or one for all steps when the update does
-    not depend on the state), since its backward (hat's and ``linalg._TaylorExp``'s or the group's
-    own closed form) needs them. Kept for the backward: the states (the output itself), c_t
-    (recurrent only) and those exponentials; with ``keep_state_every = k`` instead only every k-th
-    state (and the state before each re-projection, the last one, and c_t), the rest rebuilt below.
+    keeps intermediates (``_exponentials``: per step, or for all steps at once when the update does
+    not depend on the state), those its written-out VJP needs (``_exponential_vjp``). Kept for the
+    backward: the states (the output itself), c_t (recurrent only), X_t and those intermediates; with
+    ``keep_state_every = k`` instead only every k-th state (and the state before each re-projection,
+    the last one, and c_t), the rest rebuilt below. No autograd runs inside, forward or backward.
 
     Backward, one reverse loop, ḡ denoting torch's gradient (∂L/∂Re + i ∂L/∂Im):
         ḡ_{H_t} += ∂L/∂H_t                  (re-projection is straight-through: the identity)
@@ -248,7 +248,8 @@ class _FusedRecurrence(torch.autograd.Function):
         drive = drive.transpose(0, 1)  # time-major [T, B, dim], as every buffer below: [t] is contiguous
         coordinates = torch.empty_like(drive, memory_format=torch.contiguous_format) if recurrent else drive
         batched = keep_graphs and not recurrent  # every update at once (not when memory is to stay flat)
-        leaves, updates = _exponentials(cell, cell.mixing(drive), True) if batched else ([], [])
+        updates, saved = _exponentials(cell, cell.mixing(drive)) if batched else ([], [])
+        offsets = [0]  # recurrent, kept graphs: step t's intermediates are saved[offsets[t]:offsets[t + 1]]
         kept, current = {0: state}, state  # keep_state_every: the states the backward does not rebuild
         for t in range(length):
             if recurrent:
@@ -256,10 +257,11 @@ class _FusedRecurrence(torch.autograd.Function):
             if batched:
                 update = updates[t]
             else:
-                leaf, update = _exponentials(cell, cell.mixing(coordinates[t]), keep_graphs)
+                update, intermediates = _exponentials(cell, cell.mixing(coordinates[t]))
                 if keep_graphs:
-                    leaves.append(leaf)
                     updates.append(update)
+                    saved.extend(intermediates)
+                    offsets.append(len(saved))  # how many a step keeps varies (the squarings on the CPU)
             index = position + t + 1
             if not keep_graphs and reproject is not None and index % reproject == 0:
                 kept[t] = current  # H_{t+1} = nearest(H_t X_{t+1}): no exact reverse step to H_t
@@ -269,9 +271,9 @@ class _FusedRecurrence(torch.autograd.Function):
                 kept[t + 1] = current
         kept[length] = current
         ctx.cell, ctx.position, ctx.length, ctx.recurrent = cell, position, length, recurrent
-        ctx.kept = None if keep_graphs else sorted(kept)
+        ctx.kept, ctx.offsets = (None if keep_graphs else sorted(kept)), offsets
         if keep_graphs:
-            saved = (states, *((leaves, updates) if batched else (*leaves, *updates)))
+            saved = (states, *((updates,) if batched else updates), *saved)
         else:
             saved = (None, *(kept[k] for k in ctx.kept))
         ctx.save_for_backward(coordinates, state, state_weight, step_size, left, right, *saved)
@@ -286,11 +288,11 @@ class _FusedRecurrence(torch.autograd.Function):
         rebuild = ctx.kept is not None
         if rebuild:
             kept = dict(zip(ctx.kept, rest))
-        elif recurrent:
-            leaves, updates = rest[:length], rest[length:]
+        elif recurrent:  # per step: X_t, then the intermediates of every step, in order
+            updates, intermediates = rest[:length], rest[length:]
         else:
-            leaves, updates = rest
-        lift = _features_adjoint(group, state_weight, state) if recurrent else None
+            updates, intermediates = rest[0], tuple(rest[1:])
+        lift = _features_adjoint(state_weight, state) if recurrent else None
         adjoint = _packed_adjoint(group)
         grad_mixed = coordinates.new_empty(coordinates.shape)  # ḡ_{m_t}, time-major
         grad_coordinates = coordinates.new_empty(coordinates.shape) if recurrent else None  # ḡ_{c_t}
@@ -303,26 +305,27 @@ class _FusedRecurrence(torch.autograd.Function):
                 grad_state = grad_states[:, t]  # truncate: H_{t+1}'s gradient from the later steps dropped
             else:
                 grad_state = grad_state + grad_states[:, t]
-            if rebuild:  # X_t recomputed, with the graph its VJP needs; H_{t-1} kept or rebuilt
-                leaf, update = _exponentials(cell, cell.mixing(coordinates[t]), True)
+            if rebuild:  # X_t recomputed, with what its VJP needs; H_{t-1} kept or rebuilt
+                update, saved = _exponentials(cell, cell.mixing(coordinates[t]))
                 previous = kept[t] if t in kept else group.packed_mul(current, adjoint(update))
                 current = previous
             else:
-                leaf, update = (leaves[t] if recurrent else None), updates[t]
+                update = updates[t]
+                saved = tuple(intermediates[ctx.offsets[t]:ctx.offsets[t + 1]]) if recurrent else None
                 previous = state if t == 0 else states[:, t - 1]
             grad_update = group.packed_mul(adjoint(previous), grad_state)
             grad_state = group.packed_mul(grad_state, adjoint(update))
             if grad_updates is not None:  # input-driven, kept graphs: one exponential VJP after the loop
                 grad_updates[t] = grad_update
                 continue
-            grad_mixed[t] = _exponential_vjp(update, leaf, grad_update)
+            grad_mixed[t] = _exponential_vjp(cell, saved, grad_update)
             if recurrent:
                 grad_coordinates[t] = _mixing_vjp(grad_mixed[t], step_size, left, right)
                 grad_state = grad_state + _combine(grad_coordinates[t], lift)
                 if grad_weight is not None:
                     grad_weight += grad_coordinates[t].T @ group.packed_features(previous)
         if grad_updates is not None:
-            grad_mixed = _exponential_vjp(updates, leaves, grad_updates)
+            grad_mixed = _exponential_vjp(cell, intermediates, grad_updates)
         if not recurrent:
             grad_coordinates = _mixing_vjp(grad_mixed, step_size, left, right)
         if state_weight is not None and grad_weight is None:  # one product over all steps
@@ -333,22 +336,22 @@ class _FusedRecurrence(torch.autograd.Function):
                 grad_right)
 
 
-def _exponentials(cell, mixed, keep_graph):
-    """``(m, cell.update(m))`` (= packed_exp(bound(m))) of mixed coordinates m; with ``keep_graph`` m
-    is a leaf and the update keeps the graph of its VJP (the bound's included)."""
-    if not keep_graph:
-        return None, cell.update(mixed)
-    leaf = mixed.detach().requires_grad_()
-    with torch.enable_grad():
-        return leaf, cell.update(leaf)
+def _exponentials(cell, mixed):
+    """``(X, saved)``: X = cell.update(m) (= packed_exp(bound(m))) of mixed coordinates m, the same
+    bits, and ``saved``, the tensors ``_exponential_vjp`` needs (m itself with a bound)."""
+    update, saved = cell.group._packed_exp_saving(cell.bound(mixed))
+    return update, (saved if cell.config.update_bound is None else (mixed, *saved))
 
 
-def _exponential_vjp(update, leaf, grad_update):
-    """ḡ_m: the VJP of m ↦ packed_exp(bound(m)) at ``leaf`` (hat's adjoint vee ∘ Π, then the
-    exponential's own written-out backward on the dense groups; elementwise or per block on T and
-    BO; then the bound's θ·tanh(m/θ)′ = 1 − tanh²(m/θ), elementwise)."""
-    (grad_mixed,) = torch.autograd.grad(update, leaf, grad_update, retain_graph=True)
-    return grad_mixed
+def _exponential_vjp(cell, saved, grad_update):
+    """ḡ_m: the VJP of m ↦ packed_exp(bound(m)) (``_exponentials``'s ``saved``): the group's written-out
+    VJP of packed_exp (exp's, then hat's adjoint vee ∘ Π on the dense groups; elementwise or per
+    block on T and BO), then the bound's θ·tanh(m/θ)′ = 1 − tanh²(m/θ), elementwise."""
+    theta = cell.config.update_bound
+    if theta is None:
+        return cell.group._packed_exp_vjp(saved, grad_update)
+    mixed, *saved = saved
+    return cell.group._packed_exp_vjp(tuple(saved), grad_update) * (1 - torch.tanh(mixed / theta).square())
 
 
 def _packed_adjoint(group):
@@ -377,16 +380,19 @@ def _mixing_parameter_vjp(c, grad, step_size, left, right):
     return grad_step, grad.T @ (c @ right), c.T @ (grad @ left)
 
 
-def _features_adjoint(group, weight, like):
+def _features_adjoint(weight, like):
     """``[dim, *packed]``: row k is packed_features*(U_k), so Σ_k g_k packed_features*(U_k) is ḡ_p of
     g · U packed_features(p) (``like``: a packed state ``[B, *packed]``).
 
-    packed_features is linear, so its VJP at any point (here 0) is its adjoint.
+    packed_features reads the packed entries row-major, followed on the complex groups by their
+    imaginary parts (``Group.features``, T's diagonal, BO's blocks), so its adjoint puts each row of
+    U back in that shape: the real part and i times the imaginary one.
     """
-    probe = like.new_zeros((weight.shape[0],) + tuple(like.shape[1:])).requires_grad_()
-    with torch.enable_grad():
-        (lift,) = torch.autograd.grad(group.packed_features(probe), probe, weight)
-    return lift
+    rows = weight.shape[0]
+    if not like.is_complex():
+        return weight.reshape((rows,) + tuple(like.shape[1:]))
+    pairs = weight.reshape((rows, 2) + tuple(like.shape[1:]))
+    return torch.complex(pairs[:, 0], pairs[:, 1])
 
 
 def _combine(weights, matrices):

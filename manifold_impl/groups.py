@@ -25,8 +25,8 @@ import torch
 
 from manifold_impl.draws import drawing_device
 from manifold_impl.linalg import (
-    dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
-    special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
+    _expm_saving, _expm_vjp, dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr,
+    polar, skew, special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
 )
 
 SETTLE_STEPS = 3  # mirror of reference.groups.SETTLE_STEPS
@@ -259,6 +259,24 @@ class Group:
     def packed_features(self, p):
         return self.features(p)
 
+    # ---- packed_exp's VJP written out (for code that runs no autograd: the fused recurrence) ----
+    def _exp_saving(self, a):
+        """``(exp(a), saved)``: the same bits as ``exp``, and the tensors ``_exp_vjp`` needs."""
+        return _expm_saving(a)
+
+    def _exp_vjp(self, saved, grad):
+        """ḡ_a of ``exp`` at the ``a`` that ``_exp_saving`` saved, for ``grad = ḡ: [..., n, n]``."""
+        return _expm_vjp(saved, grad)
+
+    def _packed_exp_saving(self, c):
+        """``(packed_exp(c), saved)``, the same bits as ``packed_exp``, for ``_packed_exp_vjp``."""
+        return self._exp_saving(self.hat(c))
+
+    def _packed_exp_vjp(self, saved, grad):
+        """ḡ_c ``[..., dim]`` of ``packed_exp`` for ``grad = ḡ [..., *packed]``: exp's VJP, then hat's
+        adjoint vee ∘ proj (the coordinates are orthonormal)."""
+        return self.vee(self.proj(self._exp_vjp(saved, grad)))
+
     def refine(self, x):
         if not self.is_compact:
             return x
@@ -344,6 +362,43 @@ def _closed_form(formula, a):
     return formula(a) if wide is None else formula(a.to(wide)).to(a.dtype)
 
 
+def _sin_over_theta_slope(theta2):
+    """d(sin θ / θ)/d(θ²) as a function of θ² ≥ 0, ``[...] -> [...]``: (cos θ − sin θ/θ) / (2θ²),
+    below θ² = 0.01 its series −1/6 + θ²/60 − θ⁴/1680 + θ⁶/90720 (remainder below 1e-15 of it)."""
+    small = theta2 < 0.01
+    safe = torch.where(small, torch.ones_like(theta2), theta2)
+    theta = safe.sqrt()
+    direct = (torch.cos(theta) - torch.sin(theta) / theta) / (2 * safe)
+    series = -1 / 6 + theta2 / 60 * (1 - theta2 / 28 * (1 - theta2 / 54))
+    return torch.where(small, series, direct)
+
+
+def _closed_form_vjp(a, grad, rodrigues):
+    """ḡ_a of ``_closed_form(_exp_rodrigues if rodrigues else _exp_rotation, a)`` for ``grad`` = ḡ
+    (``[..., m, m]``), evaluated in float64 like the value.
+
+    Both forms are α I + β a + γ a² with coefficients of θ² = ‖a‖²_F / 2, whose gradient is a:
+    rotation α = 1 − θ² v, β = s, γ = 0; Rodrigues α = 1, β = s, γ = v (s = sin θ/θ, v = (1 − cos θ)/θ²
+    = ½ s(θ²/4)²). So ḡ_a = β ḡ + γ (ḡ aᴴ + aᴴ ḡ) + (α′ Re tr ḡ + β′ ⟨a, ḡ⟩ + γ′ ⟨a², ḡ⟩) a, primes
+    d/dθ², ⟨x, y⟩ = Re tr(xᴴ y).
+    """
+    dtype = grad.dtype
+    a, grad = a.to(_WIDER.get(a.dtype, a.dtype)), grad.to(_WIDER.get(dtype, dtype))
+    theta2, sinc, versine = _half_angle_terms(a)
+    half = _sin_over_theta(theta2 / 4)
+    versine_slope = half * _sin_over_theta_slope(theta2 / 4) / 4  # v′ = s(θ²/4) s′(θ²/4) / 4
+    slope = _sin_over_theta_slope(theta2) * frobenius_inner(a, grad)[..., None, None]
+    result = sinc * grad
+    if rodrigues:
+        ah = dagger(a)
+        result = result + versine * (grad @ ah + ah @ grad)
+        slope = slope + versine_slope * frobenius_inner(a @ a, grad)[..., None, None]
+    else:
+        trace = diagonal(grad).real.sum(-1)[..., None, None]
+        slope = slope - (versine + theta2 * versine_slope) * trace
+    return (result + slope * a).to(dtype)
+
+
 def _rotation_blocks(c):
     """The 2×2 rotations by φ_j = c_j/√2 for ``c: [..., k]`` -> ``[..., k, 2, 2]``."""
     angle = c / math.sqrt(2)
@@ -373,6 +428,12 @@ class Orthogonal(Group):
     def exp(self, a):
         """Closed forms for n = 2 (rotation) and n = 3 (Rodrigues); the general exponential otherwise."""
         return _orthogonal_exp(a)
+
+    def _exp_saving(self, a):
+        return (_orthogonal_exp(a), (a,)) if self.n in (2, 3) else super()._exp_saving(a)
+
+    def _exp_vjp(self, saved, grad):
+        return _closed_form_vjp(saved[0], grad, self.n == 3) if self.n in (2, 3) else super()._exp_vjp(saved, grad)
 
     def _haar(self, batch_shape, generator, dtype, device):
         return phase_fixed_qr(self._randn(batch_shape + (self.n, self.n), generator, dtype, device))
@@ -468,6 +529,12 @@ class SpecialUnitary(Unitary):
         """Closed form for n = 2 (a² = −θ² I on su(2)); the general exponential otherwise."""
         return _closed_form(_exp_rotation, a) if self.n == 2 else expm(a)
 
+    def _exp_saving(self, a):
+        return (self.exp(a), (a,)) if self.n == 2 else super()._exp_saving(a)
+
+    def _exp_vjp(self, saved, grad):
+        return _closed_form_vjp(saved[0], grad, False) if self.n == 2 else super()._exp_vjp(saved, grad)
+
     def proj(self, m):
         s = super().proj(m)
         trace = diagonal(s).sum(-1)
@@ -562,6 +629,14 @@ class Torus(Group):
 
     def packed_exp(self, c):
         return torch.polar(torch.ones_like(c), c)
+
+    def _packed_exp_saving(self, c):
+        update = self.packed_exp(c)
+        return update, (update,)
+
+    def _packed_exp_vjp(self, saved, grad):
+        """d e^{ic} = i e^{ic} dc, so ḡ_c = Re(conj(i e^{ic}) ḡ) = Im(conj(e^{ic}) ḡ)."""
+        return (saved[0].conj() * grad).imag
 
     def packed_mul(self, p, q):
         return p * q
@@ -664,6 +739,24 @@ class BlockOrthogonal(Group):
             return _closed_form(_rotation_blocks, c)
         blocks = c.unflatten(-1, (self.n // self.block, self._block_group.dim))
         return _orthogonal_exp(self._block_group.hat(blocks))
+
+    def _packed_exp_saving(self, c):
+        if self.block == 2:
+            return self.packed_exp(c), (c,)
+        blocks = c.unflatten(-1, (self.n // self.block, self._block_group.dim))
+        return self._block_group._exp_saving(self._block_group.hat(blocks))
+
+    def _packed_exp_vjp(self, saved, grad):
+        """b = 2: block j is [[cos φ, sin φ], [−sin φ, cos φ]] with φ = c_j/√2, so
+        ḡ_{c_j} = (cos φ (ḡ₀₁ − ḡ₁₀) − sin φ (ḡ₀₀ + ḡ₁₁)) / √2 (in float64, like the value); else
+        O(b)'s VJP per block."""
+        if self.block == 2:
+            angle = saved[0].to(_WIDER.get(grad.dtype, grad.dtype)) / math.sqrt(2)
+            wide = grad.to(angle.dtype)
+            total = (torch.cos(angle) * (wide[..., 0, 1] - wide[..., 1, 0])
+                     - torch.sin(angle) * (wide[..., 0, 0] + wide[..., 1, 1]))
+            return (total / math.sqrt(2)).to(grad.dtype)
+        return self._block_group._packed_exp_vjp(saved, grad).flatten(-2)
 
     def packed_mul(self, p, q):
         return p @ q

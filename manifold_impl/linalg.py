@@ -133,9 +133,24 @@ def expm(a: torch.Tensor, fixed_squarings: bool | None = None) -> torch.Tensor:
     () or (1,) of norm ≈ 0.04 loses five digits (errors ≈ 1e-11 instead of 1e-16, while batches
     of two and more are exact); the group contract tests batch shapes () and (1,).
     """
-    if fixed_squarings is None:
-        fixed_squarings = a.device.type != "cpu" or torch.compiler.is_compiling()
-    return _TaylorExp.apply(a, fixed_squarings)
+    return _TaylorExp.apply(a, _fixed_squarings(a) if fixed_squarings is None else fixed_squarings)
+
+
+def _fixed_squarings(a):
+    """``expm``'s default: a fixed count on any device but the CPU and wherever torch.compile traces."""
+    return a.device.type != "cpu" or torch.compiler.is_compiling()
+
+
+def _expm_saving(a):
+    """``(expm(a), saved)`` for ``a: [..., n, n]``, the same bits, without autograd: ``saved`` (a tuple
+    of tensors) is what ``_expm_vjp`` needs (code that writes out its own backward)."""
+    result, saved, _ = _taylor_exp(a.reshape(-1, a.shape[-2], a.shape[-1]), _fixed_squarings(a))
+    return result.reshape(a.shape), saved
+
+
+def _expm_vjp(saved, grad):
+    """ḡ_a of ``_expm_saving``'s exponential for ``grad = ḡ: [..., n, n]`` (``expm``'s backward)."""
+    return _taylor_exp_vjp(saved, grad.reshape(-1, grad.shape[-2], grad.shape[-1])).reshape(grad.shape)
 
 
 def _norms(x):
@@ -249,8 +264,82 @@ def _combine(coefficients, tensors):
     return total
 
 
+def _taylor_exp(a, fixed):
+    """``(exp(a), saved, least)`` for ``a: [N, n, n]`` by the scheme of ``_TaylorExp`` (read there):
+    ``saved``, a tuple of tensors, and ``least``, the squarings every matrix ran, are what
+    ``_taylor_exp_vjp`` needs. ``fixed``: ``_DEVICE_SQUARINGS`` for all, NaN where a matrix needs
+    more; else the batch's largest count, read back."""
+    real = a.real.dtype if a.is_complex() else a.dtype
+    degree = _DEGREE[real]
+    norm = _norms(a)
+    pre = torch.where(torch.isfinite(norm), torch.frexp(norm)[1], 0).clamp(min=0).to(real)  # p
+    a = a * torch.exp2(-pre).to(a.dtype)
+    square = torch.bmm(a, a)
+    cube = torch.bmm(square, a)
+    alpha = torch.maximum(_norms(square).sqrt(), _norms(cube).pow(1 / 3))  # of a', ≤ 1
+    squarings = (pre + torch.ceil(torch.log2(alpha / _THETA[real])))
+    squarings = squarings.nan_to_num(nan=0.0, posinf=0.0).clamp(min=0.0, max=_MAX_SQUARINGS)
+    factor = torch.exp2(pre - squarings)  # f, [N, 1, 1]
+    if fixed:  # no read-back: _DEVICE_SQUARINGS for all, NaN where a matrix needs more
+        most, least = _DEVICE_SQUARINGS, 0
+    else:
+        most, least = (int(x) for x in torch.stack([squarings.max(), squarings.min()]).tolist()) \
+            if a.numel() else (0, 0)
+    f = factor.to(a.dtype)
+    b, b_square = a * f, square * f * f  # one factor at a time: f³ may overflow where b³ does not
+    cube_b = cube * f * f * f
+    powers = [b, b_square, cube_b] + ([torch.bmm(cube_b, cube_b)] if degree == 18 else [])
+    combination, identity, (c, d0) = _coefficients(a.dtype, a.device)
+    terms = _combine(combination, powers)  # L, R, D₁, E₁, F₁ without their I terms
+    terms.diagonal(dim1=-2, dim2=-1).add_(identity[:, None, None])
+    left, right, addend, outer, shift = terms.unbind()
+    left = left.clone()  # saved alone, not as a view that keeps all five alive
+    right = left if degree == 12 else right.clone()  # the degree-12 scheme squares L (R = L)
+    # bmm, then add (not baddbmm, whose addend some BLAS kernels fold into the FMA chain)
+    inner = torch.add(torch.bmm(left, right), addend)  # N (saved: out of place, as torch.compile needs)
+    shifted = shift + inner  # M
+    increments = [torch.add(torch.bmm(shifted, inner), torch.add(outer, inner, alpha=c).add_(shifted, alpha=d0))]
+    # Y₀ = T(b) − I, Y_{j+1} = 2Y_j + Y_j² where j < s
+    for j in range(most):
+        # (baddbmm with beta ≠ 1 takes a slow path on the CPU, up to 10× at n = 24)
+        product = torch.add(torch.bmm(increments[-1], increments[-1]), increments[-1], alpha=2.0)
+        increments.append(product if j < least else torch.where(squarings > j, product, increments[-1]))
+    result = increments[-1].clone()
+    result.diagonal(dim1=-2, dim2=-1).add_(1.0)
+    if fixed:
+        result = torch.where(squarings > _DEVICE_SQUARINGS, torch.nan, result)
+    return result, (b, b_square, cube_b, squarings, left, right, inner, shifted, *increments[:-1]), least
+
+
+def _taylor_exp_vjp(saved, grad, least=0):
+    """ḡ_a of ``_taylor_exp``'s ``(exp(a), saved)`` for ``grad = ḡ: [N, n, n]``: the reverse of every
+    product, two per forward product. ``least``: squarings every matrix ran (none masked)."""
+    b, b_square, cube_b, squarings, left, right, inner, shifted, *increments = saved
+    for j in reversed(range(len(increments))):  # Y' = 2Y + Y Y where j < s: ḡ_Y = 2ḡ + ḡ Yᴴ + Yᴴ ḡ
+        yh = dagger(increments[j])
+        step = torch.baddbmm(torch.bmm(grad, yh).add_(grad, alpha=2.0), yh, grad)
+        grad = step if j < least else torch.where(squarings > j, step, grad)
+    combination, _, (c, d0) = _coefficients(grad.dtype, grad.device)
+    grad_shift = torch.bmm(grad, dagger(inner)).add_(grad, alpha=d0)  # Y₀ = .. + d₀ M + M N
+    grad_inner = torch.baddbmm(grad_shift, dagger(shifted), grad).add_(grad, alpha=c)  # .. + c N, M = F₁ + N
+    grad_terms = [torch.bmm(grad_inner, dagger(right)), torch.bmm(dagger(left), grad_inner),
+                  grad_inner, grad, grad_shift]  # N = L R + D₁
+    grad_powers = list(_combine(combination.T, grad_terms).unbind())
+    if len(grad_powers) == 4:  # degree 18: b⁶ = b³ b³
+        cube_h = dagger(cube_b)
+        grad_powers[2] = torch.baddbmm(torch.baddbmm(grad_powers[2], grad_powers[3], cube_h), cube_h,
+                                       grad_powers[3])
+    grad_b, grad_square, grad_cube = grad_powers[:3]  # through b³ = b² b and b² = b b, exact
+    b_h = dagger(b)  # products of the scaled powers (scaling by 2^-s commutes with rounding)
+    grad_square = torch.baddbmm(grad_square, grad_cube, b_h)
+    grad_b = torch.baddbmm(grad_b, dagger(b_square), grad_cube)
+    grad_b = torch.baddbmm(torch.baddbmm(grad_b, grad_square, b_h), b_h, grad_square)
+    return grad_b * torch.exp2(-squarings).to(grad_b.dtype)  # b = a 2^-s
+
+
 class _TaylorExp(torch.autograd.Function):
-    """Scaling and squaring of a Taylor polynomial (``_DEGREE``, ``_TABLE``), on ``[N, n, n]`` batches.
+    """Scaling and squaring of a Taylor polynomial (``_DEGREE``, ``_TABLE``), on ``[..., n, n]``
+    (``_taylor_exp`` and ``_taylor_exp_vjp`` on ``[N, n, n]``).
 
     Per matrix: a' = a 2^-p with p ≥ 0 the exponent of ‖a‖₁ (so ‖a'‖₁ ≤ 1 and its powers cannot
     overflow), P₂ = a'², P₃ = a'³, α = 2^p max(‖P₂‖^{1/2}, ‖P₃‖^{1/3}), s = ⌈log₂(α/θ)⌉⁺, and
@@ -264,79 +353,15 @@ class _TaylorExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, fixed):
-        shape = a.shape
-        a = a.reshape(-1, shape[-2], shape[-1])
-        real = a.real.dtype if a.is_complex() else a.dtype
-        degree = _DEGREE[real]
-        norm = _norms(a)
-        pre = torch.where(torch.isfinite(norm), torch.frexp(norm)[1], 0).clamp(min=0).to(real)  # p
-        a = a * torch.exp2(-pre).to(a.dtype)
-        square = torch.bmm(a, a)
-        cube = torch.bmm(square, a)
-        alpha = torch.maximum(_norms(square).sqrt(), _norms(cube).pow(1 / 3))  # of a', ≤ 1
-        squarings = (pre + torch.ceil(torch.log2(alpha / _THETA[real])))
-        squarings = squarings.nan_to_num(nan=0.0, posinf=0.0).clamp(min=0.0, max=_MAX_SQUARINGS)
-        factor = torch.exp2(pre - squarings)  # f, [N, 1, 1]
-        if fixed:  # no read-back: _DEVICE_SQUARINGS for all, NaN where a matrix needs more
-            most, least = _DEVICE_SQUARINGS, 0
-        else:
-            most, least = (int(x) for x in torch.stack([squarings.max(), squarings.min()]).tolist()) \
-                if a.numel() else (0, 0)
-        f = factor.to(a.dtype)
-        b, b_square = a * f, square * f * f  # one factor at a time: f³ may overflow where b³ does not
-        cube_b = cube * f * f * f
-        powers = [b, b_square, cube_b] + ([torch.bmm(cube_b, cube_b)] if degree == 18 else [])
-        combination, identity, (c, d0) = _coefficients(a.dtype, a.device)
-        terms = _combine(combination, powers)  # L, R, D₁, E₁, F₁ without their I terms
-        terms.diagonal(dim1=-2, dim2=-1).add_(identity[:, None, None])
-        left, right, addend, outer, shift = terms.unbind()
-        left = left.clone()  # saved alone, not as a view that keeps all five alive
-        right = left if degree == 12 else right.clone()  # the degree-12 scheme squares L (R = L)
-        # bmm, then add (not baddbmm, whose addend some BLAS kernels fold into the FMA chain)
-        inner = torch.add(torch.bmm(left, right), addend)  # N (saved: out of place, as torch.compile needs)
-        shifted = shift + inner  # M
-        increments = [torch.add(torch.bmm(shifted, inner), torch.add(outer, inner, alpha=c).add_(shifted, alpha=d0))]
-        # Y₀ = T(b) − I, Y_{j+1} = 2Y_j + Y_j² where j < s
-        for j in range(most):
-            # (baddbmm with beta ≠ 1 takes a slow path on the CPU, up to 10× at n = 24)
-            product = torch.add(torch.bmm(increments[-1], increments[-1]), increments[-1], alpha=2.0)
-            increments.append(product if j < least else torch.where(squarings > j, product, increments[-1]))
-        ctx.save_for_backward(b, b_square, cube_b, squarings, left, right if degree == 18 else None,
-                              inner, shifted, *increments[:-1])
-        ctx.least, ctx.degree = least, degree
-        result = increments[-1].clone()
-        result.diagonal(dim1=-2, dim2=-1).add_(1.0)
-        if fixed:
-            result = torch.where(squarings > _DEVICE_SQUARINGS, torch.nan, result)
-        return result.reshape(shape)
+        result, saved, ctx.least = _taylor_exp(a.reshape(-1, a.shape[-2], a.shape[-1]), fixed)
+        ctx.save_for_backward(*saved)
+        return result.reshape(a.shape)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        shape = grad.shape
-        grad = grad.reshape(-1, shape[-2], shape[-1])
-        b, b_square, cube_b, squarings, left, right, inner, shifted, *increments = ctx.saved_tensors
-        right = left if right is None else right
-        for j in reversed(range(len(increments))):  # Y' = 2Y + Y Y where j < s: ḡ_Y = 2ḡ + ḡ Yᴴ + Yᴴ ḡ
-            yh = dagger(increments[j])
-            step = torch.baddbmm(torch.bmm(grad, yh).add_(grad, alpha=2.0), yh, grad)
-            grad = step if j < ctx.least else torch.where(squarings > j, step, grad)
-        combination, _, (c, d0) = _coefficients(grad.dtype, grad.device)
-        grad_shift = torch.bmm(grad, dagger(inner)).add_(grad, alpha=d0)  # Y₀ = .. + d₀ M + M N
-        grad_inner = torch.baddbmm(grad_shift, dagger(shifted), grad).add_(grad, alpha=c)  # .. + c N, M = F₁ + N
-        grad_terms = [torch.bmm(grad_inner, dagger(right)), torch.bmm(dagger(left), grad_inner),
-                      grad_inner, grad, grad_shift]  # N = L R + D₁
-        grad_powers = list(_combine(combination.T, grad_terms).unbind())
-        if ctx.degree == 18:  # b⁶ = b³ b³
-            cube_h = dagger(cube_b)
-            grad_powers[2] = torch.baddbmm(torch.baddbmm(grad_powers[2], grad_powers[3], cube_h), cube_h,
-                                           grad_powers[3])
-        grad_b, grad_square, grad_cube = grad_powers[:3]  # through b³ = b² b and b² = b b, exact
-        b_h = dagger(b)  # products of the scaled powers (scaling by 2^-s commutes with rounding)
-        grad_square = torch.baddbmm(grad_square, grad_cube, b_h)
-        grad_b = torch.baddbmm(grad_b, dagger(b_square), grad_cube)
-        grad_b = torch.baddbmm(torch.baddbmm(grad_b, grad_square, b_h), b_h, grad_square)
-        return (grad_b * torch.exp2(-squarings).to(grad_b.dtype)).reshape(shape), None  # b = a 2^-s
+        flat = grad.reshape(-1, grad.shape[-2], grad.shape[-1])
+        return _taylor_exp_vjp(ctx.saved_tensors, flat, ctx.least).reshape(grad.shape), None
 
 
 def polar(m: torch.Tensor) -> torch.Tensor:

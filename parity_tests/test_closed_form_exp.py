@@ -110,3 +110,28 @@ def test_packed_operations_have_finite_difference_gradients(name, n, block):
     assert torch.autograd.gradcheck(lambda c, d: real(group.packed_mul(group.packed_exp(c), group.packed_exp(d))),
                                     (c, d))
     assert torch.autograd.gradcheck(lambda c: group.packed_features(group.packed_exp(c)), (c,))
+
+
+WRITTEN_OUT = CLOSED + [("T", 4, None), ("BO", 8, 4), ("O", 5, None), ("U", 3, None), ("SU", 3, None), ("GL", 3, None)]
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
+@pytest.mark.parametrize("scale", [0.0, 1e-9, 0.0101, 0.0103, 0.0203, 0.0205, 0.289, 0.292, 1.0, 10.0])
+@pytest.mark.parametrize("name, n, block", WRITTEN_OUT,
+                         ids=[f"{name}{n}" + (f"b{block}" if block else "") for name, n, block in WRITTEN_OUT])
+def test_the_written_out_packed_exponential_vjp_is_autograds(name, n, block, scale, dtype):
+    """``_packed_exp_saving`` gives ``packed_exp``'s bits, and ``_packed_exp_vjp`` (the fused
+    recurrence's backward, no autograd) the VJP autograd takes through ``packed_exp``, to rounding."""
+    group = get_group(name, n, block)
+    c = (coordinates(group, scale, 5, torch.float64) if group.is_compact and name != "T"
+         else scale * torch.randn(4, group.dim, generator=torch.Generator().manual_seed(5), dtype=torch.float64))
+    c = c.to(DTYPES[dtype]).requires_grad_()
+    value = group.packed_exp(c)
+    grad = torch.randn(value.shape, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    grad = (torch.complex(grad, grad.flip(-1)) if value.is_complex() else grad).to(value.dtype)
+    (expected,) = torch.autograd.grad(value, c, grad)
+    written, saved = group._packed_exp_saving(c.detach())
+    assert torch.equal(written, value.detach())
+    got = group._packed_exp_vjp(saved, grad)
+    eps = torch.finfo(DTYPES[dtype]).eps
+    assert (got - expected).abs().max() <= 50 * eps * max(1.0, scale) * expected.abs().max().clamp(min=1.0)

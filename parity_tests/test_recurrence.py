@@ -101,6 +101,17 @@ def test_fused_gradients_equal_autograd_through_the_loop(group, recurrent, optio
     assert_same_gradients(fused_grads, loop_grads)
 
 
+@pytest.mark.parametrize("option", ["plain", "lowrank-bound"])
+@pytest.mark.parametrize("group, n", [("O", 2), ("O", 3), ("SO", 3), ("SU", 2)])
+def test_fused_gradients_through_the_closed_form_exponentials(group, n, option):
+    """The groups whose exponential has a closed form (the fused backward writes out its VJP)."""
+    config = GroupRNNConfig(vocab_size=7, group=group, n=n, embedding_dim=5, **OPTIONS[option], recurrence="loop")
+    loop_states, loop_grads = gradients(config, position=1)
+    fused_states, fused_grads = gradients(dataclasses.replace(config, recurrence="fused"), position=1)
+    torch.testing.assert_close(fused_states, loop_states, rtol=0, atol=1e-13)
+    assert_same_gradients(fused_grads, loop_grads)
+
+
 @pytest.mark.parametrize("recurrence, keep_state_every", [("loop", None), ("fused", None), ("fused", 4),
                                                           ("scan", None)], ids=["loop", "fused", "fused-rebuilt", "scan"])
 @pytest.mark.parametrize("option", list(OPTIONS))
