@@ -88,10 +88,15 @@ class Group:
 
     def _cached(self, key, build):
         """``build()`` computed once per ``key``: the index tensors, masks and bases the algebra reads,
-        kept on each device they are used on, so no call copies or rebuilds them."""
-        cache = self.__dict__.setdefault("_constants", {})
-        if key not in cache:
-            cache[key] = build()
+        kept on each device they are used on, so no call copies or rebuilds them. Code that
+        ``torch.compile`` traces cannot fill the cache: there a missing constant is built in the graph."""
+        cache = self.__dict__.get("_constants", {})
+        if key in cache:
+            return cache[key]
+        if torch.compiler.is_compiling():
+            return build()
+        cache[key] = build()
+        self.__dict__["_constants"] = cache
         return cache[key]
 
     def _pair_index(self, skew, device):

@@ -145,7 +145,7 @@ def _expm_saving(a):
     """``(expm(a), saved)`` for ``a: [..., n, n]``, the same bits, without autograd: ``saved`` (a tuple
     of tensors) is what ``_expm_vjp`` needs (code that writes out its own backward)."""
     result, saved, _ = _taylor_exp(a.reshape(-1, a.shape[-2], a.shape[-1]), _fixed_squarings(a))
-    return result.reshape(a.shape), saved
+    return result.view(a.shape) if result.shape != a.shape else result, saved
 
 
 def _expm_vjp(saved, grad):
@@ -244,12 +244,16 @@ _TABLES = {}  # (dtype, device) -> the scheme's rows as tensors there, built on 
 
 def _coefficients(dtype, device):
     """The scheme in ``dtype`` on ``device``: ``([5, k], [5], (c, d₀))``, the coefficients of the k
-    powers and of I, and the scalars (``_tuned_scheme``); the tensors are built once per device."""
+    powers and of I, and the scalars (``_tuned_scheme``); the tensors are built once per device
+    (outside traced code)."""
     rows, scalars = _SCHEMES[dtype]
-    if (dtype, device) not in _TABLES:
-        table = torch.tensor(rows, dtype=dtype, device=device)
-        _TABLES[dtype, device] = (table[:, 1:].contiguous(), table[:, 0].contiguous())
-    return (*_TABLES[dtype, device], scalars)
+    if (dtype, device) in _TABLES:
+        return (*_TABLES[dtype, device], scalars)
+    table = torch.tensor(rows, dtype=dtype, device=device)
+    tables = (table[:, 1:].contiguous(), table[:, 0].contiguous())
+    if not torch.compiler.is_compiling():  # traced code cannot fill the cache: then built in the graph
+        _TABLES[dtype, device] = tables
+    return (*tables, scalars)
 
 
 def _combine(coefficients, tensors):
@@ -308,13 +312,15 @@ def _taylor_exp(a, fixed):
     result.diagonal(dim1=-2, dim2=-1).add_(1.0)
     if fixed:
         result = torch.where(squarings > _DEVICE_SQUARINGS, torch.nan, result)
-    return result, (b, b_square, cube_b, squarings, left, right, inner, shifted, *increments[:-1]), least
+    return result, (b, b_square, cube_b, squarings, left, right if degree == 18 else None, inner, shifted,
+                    *increments[:-1]), least
 
 
 def _taylor_exp_vjp(saved, grad, least=0):
     """ḡ_a of ``_taylor_exp``'s ``(exp(a), saved)`` for ``grad = ḡ: [N, n, n]``: the reverse of every
     product, two per forward product. ``least``: squarings every matrix ran (none masked)."""
     b, b_square, cube_b, squarings, left, right, inner, shifted, *increments = saved
+    right = left if right is None else right  # degree 12: R = L, saved once
     for j in reversed(range(len(increments))):  # Y' = 2Y + Y Y where j < s: ḡ_Y = 2ḡ + ḡ Yᴴ + Yᴴ ḡ
         yh = dagger(increments[j])
         step = torch.baddbmm(torch.bmm(grad, yh).add_(grad, alpha=2.0), yh, grad)

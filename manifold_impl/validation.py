@@ -13,6 +13,8 @@ def check_tokens(tokens, vocab_size, device=None):
     """Validate token ids ``tokens: [batch, length]`` (an integer tensor) where they are; returns
     them on ``device`` (default: where they are). Ids on the host are checked there, with no read
     from the device, and copied without blocking (from pinned memory the copy runs asynchronously).
+    Where ``torch.compile`` traces the call, the range is asserted in the graph instead (no host
+    read; the error then cannot name the id).
 
     Raises:
         TypeError: not an int64 or int32 tensor.
@@ -28,7 +30,9 @@ def check_tokens(tokens, vocab_size, device=None):
     if tokens.numel() == 0:
         raise ValueError(f"token ids are empty: shape {tuple(tokens.shape)}")
     low, high = torch.aminmax(tokens)
-    if ((low < 0) | (high >= vocab_size)).item():  # one host read, before any work
+    if torch.compiler.is_compiling():  # traced: an assertion in the graph, no host read
+        torch._assert_async((low >= 0) & (high < vocab_size), f"a token id is out of range [0, {vocab_size})")
+    elif ((low < 0) | (high >= vocab_size)).item():  # one host read, before any work
         bad = int(low) if low < 0 else int(high)
         raise ValueError(f"token id {bad} is out of range [0, {vocab_size})")
     return tokens if device is None else tokens.to(device, non_blocking=True)

@@ -43,3 +43,56 @@ def test_the_cell_step_compiles_to_one_graph_forward_and_backward(backend, group
             assert torch.equal(got, expected)
         else:
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _loss_and_gradients(model, loss_of, tokens):
+    """``loss_of(tokens)`` and the gradients of every parameter, by ``.backward()``."""
+    model.zero_grad()
+    loss = loss_of(tokens)
+    loss.backward()
+    return [loss.detach()] + [param.grad.clone() for param in model.parameters()]
+
+
+# the fused recurrence for the closed forms, T, BO, a dense real and a complex group, with a bound
+TRAINING = [("O", 3, {}), ("SU", 2, {}), ("T", 8, {}), ("BO", 8, {}), ("O", 8, {"mixing": "lowrank", "mixing_rank": 2}),
+            ("U", 4, {"update_bound": 1.0})]
+
+
+@pytest.mark.parametrize("backend, group_name, n, options",
+                         [("aot_eager", *case) for case in TRAINING] + [("inductor", "O", 8, {})],
+                         ids=[f"aot_eager-{g}{n}" for g, n, _ in TRAINING] + ["inductor-O8"])
+def test_a_training_step_of_the_fused_recurrence_compiles_to_one_graph(backend, group_name, n, options):
+    """The model's loss (checks, embedding, the fused recurrence, readout, cross-entropy) as one
+    graph, its backward (the fused recurrence's written-out VJPs) compiled with it; the same loss
+    and gradients as eager (bits through ``aot_eager``)."""
+    torch._dynamo.reset()
+    model = GroupRNN(vocab_size=7, group=group_name, n=n, embedding_dim=3, **options,
+                     generator=torch.Generator().manual_seed(0))
+    assert model.config.recurrence == "fused"
+    tokens = torch.randint(0, 7, (2, 5), generator=torch.Generator().manual_seed(1))  # 4 steps: the loop unrolls
+
+    def loss_of(tokens):
+        logits, _ = model(tokens[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+
+    compiled = _loss_and_gradients(model, torch.compile(loss_of, fullgraph=True, backend=backend), tokens)
+    eager = _loss_and_gradients(model, loss_of, tokens)
+    for got, expected in zip(compiled, eager, strict=True):
+        if backend == "aot_eager":
+            assert torch.equal(got, expected)
+        else:
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_compiled_call_still_refuses_out_of_range_tokens_and_off_group_parameters():
+    """The value checks run in the graph as assertions (no host read)."""
+    torch._dynamo.reset()
+    model = GroupRNN(vocab_size=7, group="O", n=4, embedding_dim=3, generator=torch.Generator().manual_seed(0))
+    compiled = torch.compile(lambda tokens: model(tokens)[0], fullgraph=True, backend="aot_eager")
+    compiled(torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(RuntimeError, match="out of range"):
+        compiled(torch.full((1, 3), 7))
+    with torch.no_grad():
+        model.cell.initial_state.mul_(2)
+    with pytest.raises(RuntimeError, match="off its group"):
+        compiled(torch.zeros(1, 3, dtype=torch.long))

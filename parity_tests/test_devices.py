@@ -21,6 +21,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+import manifold_impl.manifolds
+import manifold_impl.validation
 from experiments import train
 from experiments.baselines import GPTLanguageModel, LSTMLanguageModel
 from manifold_impl.group_rnn import GroupRNN, GroupRNNLayer
@@ -29,6 +31,17 @@ from manifold_impl.groups import get_group
 from manifold_impl.linalg import expm
 from manifold_impl.mlstm import MLSTM
 from reference.config import GROUP_NAMES
+
+
+def _read_at(module, marker):
+    """``"a read at <file>:<line>"`` for the one line of ``module`` that holds ``marker``."""
+    path = Path(module.__file__)
+    (line,) = [number for number, text in enumerate(path.read_text().splitlines(), 1) if marker in text]
+    return f"a read at {path.name}:{line}"
+
+
+TOKEN_CHECK = _read_at(manifold_impl.validation, "elif ((low < 0) | (high >= vocab_size)).item()")
+GROUP_CHECK = _read_at(manifold_impl.manifolds, "if not off:")
 
 
 class DrawsOnTheGeneratorsDevice(TorchDispatchMode):
@@ -148,7 +161,7 @@ def test_a_group_rnn_makes_the_host_wait_once_per_check_and_never_per_time_step(
                      generator=torch.Generator().manual_seed(0))
     _waits_of_a_training_step(model, 2)  # the first call puts the group's index tensors on the device
     waits = _waits_of_a_training_step(model, 6)
-    assert waits == collections.Counter({"a read at validation.py:31": 1, "a read at manifolds.py:157": 1}), waits
+    assert waits == collections.Counter({TOKEN_CHECK: 1, GROUP_CHECK: 1}), waits
 
 
 ATTENTION_AND_BASELINES = {
@@ -164,9 +177,9 @@ ATTENTION_AND_BASELINES = {
 def test_the_other_models_make_the_host_wait_once_per_check_and_never_per_position(kind):
     model = ATTENTION_AND_BASELINES[kind](device="meta", generator=torch.Generator().manual_seed(0))
     _waits_of_a_training_step(model, 2)
-    checks = collections.Counter({"a read at validation.py:31": 1})
+    checks = collections.Counter({TOKEN_CHECK: 1})
     if kind.startswith("group"):
-        checks["a read at manifolds.py:157"] = 1
+        checks[GROUP_CHECK] = 1
     assert _waits_of_a_training_step(model, 6) == checks
 
 
@@ -179,7 +192,7 @@ def test_token_ids_from_the_host_are_checked_there_and_copied_without_blocking(k
     with HostWaits() as mode:
         logits, _ = model(torch.zeros(2, 5, dtype=torch.long))
     assert logits.device.type == "meta"
-    assert mode.waits == (collections.Counter({"a read at manifolds.py:157": 1}) if kind == "group_rnn"
+    assert mode.waits == (collections.Counter({GROUP_CHECK: 1}) if kind == "group_rnn"
                           else collections.Counter())
     with pytest.raises(ValueError, match="token id 7 is out of range"):
         model(torch.full((2, 5), 7))
@@ -213,11 +226,9 @@ def test_a_training_step_makes_the_host_wait_at_most_twice(model):
     """Two more steps of ``Run.fit`` (the evaluation at the end is the same): one read of the loss
     each (its value and finiteness at once) and the parameters' check; the ids are checked on the host."""
     extra = _waits_of_a_run(model, 4) - _waits_of_a_run(model, 2)
-    line = next(number for number, text in enumerate(Path(train.__file__).read_text().splitlines(), 1)
-                if "loss.item()" in text)
-    expected = collections.Counter({f"a read at train.py:{line}": 2})
+    expected = collections.Counter({_read_at(train, "loss.item()"): 2})
     if model != "lstm":
-        expected["a read at manifolds.py:157"] = 2
+        expected[GROUP_CHECK] = 2
     assert extra == expected, extra
 
 
