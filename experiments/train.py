@@ -41,7 +41,7 @@ from reference.config import GroupRNNConfig, map_lr_scales
 SCHEDULES = ("constant", "cosine")
 # The TrainConfig fields a resume may change (``--resume DIR --steps 2000``): they decide how far and
 # where the run goes and how often it reports, not what any completed step computed.
-RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device")
+RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device", "compile")
 MAP_LRS = ("n_aware", "plain")
 USAGE = "%(prog)s (--model M [--task T] | --preset SWEEP/RUN | --resume DIR) [--option value ...] [-h]"
 RUN_OPTIONS = ("model", "task", "run_dir", "resume", "preset", "params")  # the command line's options that are no config field
@@ -71,6 +71,10 @@ class TrainConfig:
         device: a torch device (cpu, cuda, cuda:1), or auto for CUDA where the machine has it.
         map_lr: the learning rate of a group RNN's input and state maps: n_aware scales it by
             ``reference.config.map_lr_scales`` (1 at O(16) and below), plain is the paper's single rate.
+        compile: none (eager), or the ``torch.compile`` backend (inductor, aot_eager, ...) of each
+            training step's forward pass and loss, whose backward is then compiled with it. The group
+            RNN's fused step is one graph; its loop over time is unrolled, so compiling takes longer
+            the longer the sequence. Evaluation stays eager.
     """
 
     model: str
@@ -88,6 +92,7 @@ class TrainConfig:
     dtype: str = "float32"
     device: str = "cpu"
     map_lr: str = "n_aware"
+    compile: str | None = None
 
     def __post_init__(self):
         if self.model not in MODEL_CONFIGS:
@@ -109,6 +114,9 @@ class TrainConfig:
             raise ValueError(f"dtype must be float32 or float64, got {self.dtype!r}")
         if self.map_lr not in MAP_LRS:
             raise ValueError(f"unknown map_lr {self.map_lr!r}; choose one of {list(MAP_LRS)}")
+        backends = torch.compiler.list_backends(exclude_tags=())
+        if self.compile is not None and self.compile not in backends:
+            raise ValueError(f"unknown compile backend {self.compile!r}; choose one of {backends} or none")
 
 
 @dataclass(frozen=True)
@@ -500,6 +508,8 @@ class Run:
         self.model = build_model(config.model, device=self.train.device, dtype=getattr(torch, self.train.dtype),
                                  generator=generator)
         self.optimizers = Optimizers(self.model, self.train)
+        self.training_loss = (self._loss if self.train.compile is None
+                              else torch.compile(self._loss, backend=self.train.compile))
         self.rng = np.random.default_rng(self.train.seed)
         self.diagnostic_batch, _ = self.task.train_batch(
             np.random.default_rng(self.train.seed + DIAGNOSTIC_SEED_OFFSET), DIAGNOSTIC_BATCH, 0)
@@ -602,14 +612,18 @@ class Run:
         return (f"{train.model} ({count_parameters(self.model):,} parameters), task {train.task}{data}, steps "
                 f"{self.step + 1}–{train.steps} of batch {train.batch}, {train.device} {train.dtype}")
 
+    def _loss(self, inputs, targets):
+        """The training loss of one batch (the function ``train.compile`` compiles)."""
+        logits, _ = self.model(inputs)
+        return cross_entropy(logits, targets.to(logits.device, non_blocking=True))
+
     def backward(self, inputs, targets):
         """The forward and backward pass of one training batch (ids on the host: the model checks them
         there); returns the loss, read once, after the backward pass is queued. Page-locked on CUDA,
         the batch is copied without blocking."""
         if torch.device(self.train.device).type == "cuda":
             inputs, targets = inputs.pin_memory(), targets.pin_memory()
-        logits, _ = self.model(inputs)
-        loss = cross_entropy(logits, targets.to(logits.device, non_blocking=True))
+        loss = self.training_loss(inputs, targets)
         self.optimizers.zero_grad()
         loss.backward()
         return loss.item()
