@@ -74,6 +74,20 @@ def test_quick_scaling_curves_write_json_and_png(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch's compiler's own (see test_compile.py)
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_compiled_step_benchmark_writes_its_rows(tmp_path):
+    from experiments.bench import compiled_step
+
+    assert compiled_step.main(["--quick", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "compiled_step_quick.json").read_text())
+    assert [r["name"].split(" (O(")[0] for r in record["rows"]] == [
+        "group RNN training step tokens/s, eager / matched LSTM",
+        "group RNN training step tokens/s, compiled (aot_eager) / eager"]
+    assert record["rows"][1]["compile_seconds"]["aot_eager"] > 0
+
+
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # inductor's import
 def test_compile_probe_runs_and_its_compiled_exponential_is_exact(tmp_path):
     from experiments.bench import compile_probe

@@ -1,0 +1,104 @@
+"""``python -m experiments.bench.compiled_step``: the group RNN's training step compiled, against eager.
+
+O(24) (embedding 64, as in the bench's row) at batch 32 × 16 on one CPU thread: the eager step, the step
+whose forward pass and loss ``torch.compile(fullgraph=True)`` compiled (what ``train --compile``
+does) through ``aot_eager`` (capture only) and ``inductor`` (generated kernels), and the
+parameter-matched LSTM, alternating in one process after each is compiled (the compile seconds are
+reported). The fused recurrence's loop over time is unrolled in the graph, so compiling takes longer
+the longer the sequence: 16 steps here, not the bench's 128. Saves ``--out``/``compiled_step.json``
+(``compiled_step_quick.json`` with ``--quick``: O(4), 4 × 4, aot_eager only).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from experiments.bench.group_rnn import matched_contenders
+from experiments.bench.timing import alternate, machine_record, row
+from experiments.cli import CommandParser
+from manifold_impl.group_rnn import GroupRNN
+from manifold_impl.losses import cross_entropy
+from manifold_impl.optim import RiemannianAdam
+from reference.config import GroupRNNConfig
+
+TARGET = 0.35  # compiled O(24) tokens/s ÷ the matched LSTM's on one CPU thread
+
+
+def compiled_step(config, tokens, backend):
+    """A zero-argument callable: one training step of a fresh group RNN whose forward pass and loss
+    are compiled with ``backend``."""
+    model = GroupRNN(config, generator=torch.Generator().manual_seed(0))
+    optimizer = RiemannianAdam(model.parameters(), lr=1e-3)
+
+    def loss_of(tokens):
+        logits, _ = model(tokens[:, :-1])
+        return cross_entropy(logits, tokens[:, 1:])
+
+    loss_of = torch.compile(loss_of, fullgraph=True, backend=backend)
+
+    def step():
+        loss = loss_of(tokens)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def run(quick=False, repeats=5):
+    n, embedding, batch, length = (4, 8, 4, 4) if quick else (24, 64, 32, 16)
+    backends = ("aot_eager",) if quick else ("aot_eager", "inductor")
+    config = GroupRNNConfig(vocab_size=65, group="O", n=n, embedding_dim=embedding)
+    contenders, lstm = matched_contenders(config, batch, length, "cpu")
+    tokens = torch.randint(0, config.vocab_size, (batch, length + 1), generator=torch.Generator().manual_seed(0))
+    compile_seconds = {}
+    for backend in backends:
+        torch._dynamo.reset()
+        contenders[backend] = compiled_step(config, tokens, backend)
+        start = time.perf_counter()
+        contenders[backend]()  # the first call compiles, forward and backward
+        compile_seconds[backend] = time.perf_counter() - start
+        print(f"{backend}: compiled in {compile_seconds[backend]:.1f} s", flush=True)
+    times = alternate(contenders, repeats=2 if quick else repeats)
+    shape = f"O({n}), batch {batch}, length {length}, one graph per step"
+    details = {"seconds": times, "compile_seconds": compile_seconds, "lstm_hidden": lstm.hidden_size}
+    rows = [row(f"group RNN training step tokens/s, eager / matched LSTM ({shape})",
+                times["lstm"] / times["group_rnn"], **details)]
+    for backend in backends:
+        rows.append(row(f"group RNN training step tokens/s, compiled ({backend}) / eager ({shape})",
+                        times["group_rnn"] / times[backend], **details))
+    if "inductor" in backends:
+        rows.append(row(f"group RNN training step tokens/s, compiled (inductor) / matched LSTM ({shape})",
+                        times["lstm"] / times["inductor"], ">=", TARGET, **details))
+    return rows
+
+
+def main(argv=None):
+    parser = CommandParser("experiments.bench.compiled_step", __doc__)
+    parser.add_argument("--quick", action="store_true", help="O(4), 4 × 4, aot_eager only (smoke test)")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench"),
+                        help="the directory of the results (the committed ones: experiments/results/bench)")
+    args = parser.parse_args(argv)
+    start, threads = time.perf_counter(), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows = run(quick=args.quick)
+    finally:
+        torch.set_num_threads(threads)
+    for result in rows:
+        verdict = "info" if result["met"] is None else ("met " if result["met"] else "MISS")
+        print(f"{verdict} {result['ratio']:8.2f}  {result['name']}", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / ("compiled_step_quick.json" if args.quick else "compiled_step.json")
+    path.write_text(json.dumps({"machine": machine_record(), "quick": args.quick,
+                                "seconds": time.perf_counter() - start, "rows": rows}, indent=2))
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
