@@ -1,10 +1,11 @@
-"""``torch.compile(fullgraph=True)`` of the group RNN's cell step, on the CPU.
+"""``torch.compile(fullgraph=True)`` of the group RNN's cell step and of a training step with the
+fused recurrence (``train --compile``), on the CPU.
 
-The whole step is one graph, forward and backward: the exponential runs its fixed number of
-squarings wherever it is traced (no count read back) and its coefficient tables are built outside
-any traced code. Through ``aot_eager`` (dynamo's capture and AOT autograd, no code generation) the
-step gives the eager step's bits, values and gradients; through inductor, the eager values to
-float32 rounding.
+Each is one graph, forward and backward: the exponential runs its fixed number of squarings
+wherever it is traced (no count read back), the fused recurrence's backward is written out (no
+autograd inside), and the value checks are assertions in the graph. Through ``aot_eager``
+(dynamo's capture and AOT autograd, no code generation) the eager bits, values and gradients;
+through inductor, the eager values to float32 rounding.
 """
 
 import pytest
