@@ -72,9 +72,10 @@ class TrainConfig:
         map_lr: the learning rate of a group RNN's input and state maps: n_aware scales it by
             ``reference.config.map_lr_scales`` (1 at O(16) and below), plain is the paper's single rate.
         compile: none (eager), or the ``torch.compile`` backend (inductor, aot_eager, ...) of each
-            training step's forward pass and loss, whose backward is then compiled with it. The group
-            RNN's fused step is one graph; its loop over time is unrolled, so compiling takes longer
-            the longer the sequence. Evaluation stays eager.
+            training step's forward pass and loss, whose backward is then compiled with it. A group
+            RNN's fused recurrence is not traced whole: its per-step functions are compiled
+            (``GroupRNNCell.compile_steps``), so compiling takes the same seconds at any sequence
+            length. Evaluation stays eager.
     """
 
     model: str
@@ -508,8 +509,7 @@ class Run:
         self.model = build_model(config.model, device=self.train.device, dtype=getattr(torch, self.train.dtype),
                                  generator=generator)
         self.optimizers = Optimizers(self.model, self.train)
-        self.training_loss = (self._loss if self.train.compile is None
-                              else torch.compile(self._loss, backend=self.train.compile))
+        self.training_loss = self._compiled_loss()
         self.rng = np.random.default_rng(self.train.seed)
         self.diagnostic_batch, _ = self.task.train_batch(
             np.random.default_rng(self.train.seed + DIAGNOSTIC_SEED_OFFSET), DIAGNOSTIC_BATCH, 0)
@@ -611,6 +611,17 @@ class Run:
         data = f" on {task.dataset}" if getattr(task, "dataset", None) else ""
         return (f"{train.model} ({count_parameters(self.model):,} parameters), task {train.task}{data}, steps "
                 f"{self.step + 1}–{train.steps} of batch {train.batch}, {train.device} {train.dtype}")
+
+    def _compiled_loss(self):
+        """``_loss``, compiled with ``train.compile`` where one is set. A group RNN's fused recurrence
+        has its per-step functions compiled instead of being traced whole (``compile_steps``: the
+        seconds it takes to compile do not grow with the sequence length)."""
+        if self.train.compile is None:
+            return self._loss
+        cell = getattr(self.model, "cell", None)
+        if isinstance(cell, GroupRNNCell) and cell.config.recurrence == "fused":
+            cell.compile_steps(self.train.compile)
+        return torch.compile(self._loss, backend=self.train.compile)
 
     def _loss(self, inputs, targets):
         """The training loss of one batch (the function ``train.compile`` compiles)."""

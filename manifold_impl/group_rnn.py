@@ -27,6 +27,7 @@ loop and by the fused forward, as in the reference cell.
 from __future__ import annotations
 
 import math
+import types
 from typing import NamedTuple
 
 import torch
@@ -108,6 +109,25 @@ class GroupRNNCell(GroupModule):
         self.state_map = (nn.Linear(config.state_features, group.dim, bias=False, **factory)
                           if config.recurrent else None)
         self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank, **factory)
+        self._steps = _Steps()
+
+    def compile_steps(self, backend="inductor"):
+        """Compile what the fused recurrence runs per step (``torch.compile(fullgraph=True,
+        dynamic=False)`` with ``backend``: the step forward and its VJP, and the exponentials over all
+        steps where the recurrence is input-driven), once for each shape; the loop over time stays
+        in Python, so compiling takes the same few seconds at any sequence length (a compiled caller
+        does not trace into the recurrence). Needs ``recurrence="fused"``; ``backend=None`` restores
+        the eager functions. Inside, the exponential runs its fixed count of squarings
+        (``linalg.expm``), as on a device."""
+        if self.config.recurrence != "fused":
+            raise ValueError(f"compile_steps compiles the fused recurrence's steps; this cell's recurrence "
+                             f"is {self.config.recurrence!r}")
+        if backend is None:
+            self._steps = _Steps()
+            return self
+        self._steps = _Steps(*(torch.compile(_own_code(function), backend=backend, fullgraph=True, dynamic=False)
+                               for function in _Steps()))
+        return self
 
     def reset_parameters(self, generator=None):
         dim, n, features = self.group.dim, self.group.n, self.config.embedding_dim
@@ -205,6 +225,14 @@ def _fused(cell, drive, state, position):
               getattr(mixing, "step_size", None), getattr(mixing, "left", None), getattr(mixing, "right", None))
     if not (torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)):
         return _loop(cell, drive, state, position)
+    if cell._steps != _Steps():  # compiled steps: a compiled caller runs the loop, not its trace
+        return _opaque_recurrence(cell, position, *inputs)
+    return _FusedRecurrence.apply(cell, position, *inputs)
+
+
+@torch.compiler.disable
+def _opaque_recurrence(cell, position, *inputs):
+    """``_FusedRecurrence`` where ``torch.compile`` does not trace (its steps are compiled)."""
     return _FusedRecurrence.apply(cell, position, *inputs)
 
 
@@ -245,19 +273,22 @@ class _FusedRecurrence(torch.autograd.Function):
         group, every, reproject = cell.group, cell.config.keep_state_every, cell.config.reproject_every
         length, recurrent, keep_graphs = drive.shape[1], state_weight is not None, every is None
         states = state.new_empty((state.shape[0], length) + state.shape[1:])
-        drive = drive.transpose(0, 1)  # time-major [T, B, dim], as every buffer below: [t] is contiguous
+        drive = drive.transpose(0, 1).contiguous()  # time-major [T, B, dim], as every buffer below: [t] is
+        # contiguous, with the same strides at any length (what a compiled step was compiled for)
         coordinates = torch.empty_like(drive, memory_format=torch.contiguous_format) if recurrent else drive
         batched = keep_graphs and not recurrent  # every update at once (not when memory is to stay flat)
-        updates, saved = _exponentials(cell, cell.mixing(drive)) if batched else ([], [])
+        steps = cell._steps
+        updates, saved = steps.exponentials(cell, drive) if batched else ([], [])
         offsets = [0]  # recurrent, kept graphs: step t's intermediates are saved[offsets[t]:offsets[t + 1]]
-        kept, current = {0: state}, state  # keep_state_every: the states the backward does not rebuild
+        current = state.detach().contiguous()  # as every later H_t: one compiled step serves all t
+        kept = {0: current}  # keep_state_every: the states the backward does not rebuild
         for t in range(length):
-            if recurrent:
-                coordinates[t] = cell.coordinates(current, drive[t])
             if batched:
-                update = updates[t]
+                product = group.packed_mul(current, updates[t])
             else:
-                update, intermediates = _exponentials(cell, cell.mixing(coordinates[t]))
+                coordinates_t, update, intermediates, product = steps.forward(cell, current, drive[t])
+                if recurrent:
+                    coordinates[t] = coordinates_t
                 if keep_graphs:
                     updates.append(update)
                     saved.extend(intermediates)
@@ -265,7 +296,7 @@ class _FusedRecurrence(torch.autograd.Function):
             index = position + t + 1
             if not keep_graphs and reproject is not None and index % reproject == 0:
                 kept[t] = current  # H_{t+1} = nearest(H_t X_{t+1}): no exact reverse step to H_t
-            current = cell.reproject(group.packed_mul(current, update), index)
+            current = cell.reproject(product, index)
             states[:, t] = current
             if not keep_graphs and (t + 1) % every == 0:
                 kept[t + 1] = current
@@ -293,43 +324,44 @@ class _FusedRecurrence(torch.autograd.Function):
         else:
             updates, intermediates = rest[0], tuple(rest[1:])
         lift = _features_adjoint(state_weight, state) if recurrent else None
-        adjoint = _packed_adjoint(group)
+        adjoint, steps = _packed_adjoint(group), cell._steps
         grad_mixed = coordinates.new_empty(coordinates.shape)  # ḡ_{m_t}, time-major
         grad_coordinates = coordinates.new_empty(coordinates.shape) if recurrent else None  # ḡ_{c_t}
         grad_updates = None if recurrent or rebuild else torch.empty_like(updates)
         grad_weight = None if state_weight is None or not rebuild else torch.zeros_like(state_weight)
         grad_state = torch.zeros_like(state)
         current = kept[length] if rebuild else None
+        # H_{t-1} for every t, time-major: each [t] is contiguous, as a compiled step was compiled for
+        previous_states = None if rebuild else torch.cat([state[None], states.transpose(0, 1)[:-1]])
         for t in reversed(range(length)):
             if truncate is not None and (position + t + 1) % truncate == 0:
-                grad_state = grad_states[:, t]  # truncate: H_{t+1}'s gradient from the later steps dropped
+                grad_state = grad_states[:, t].contiguous()  # truncate: H_{t+1}'s gradient from later steps dropped
             else:
                 grad_state = grad_state + grad_states[:, t]
             if rebuild:  # X_t recomputed, with what its VJP needs; H_{t-1} kept or rebuilt
-                update, saved = _exponentials(cell, cell.mixing(coordinates[t]))
+                update, saved = steps.exponentials(cell, coordinates[t])
                 previous = kept[t] if t in kept else group.packed_mul(current, adjoint(update))
                 current = previous
             else:
                 update = updates[t]
                 saved = tuple(intermediates[ctx.offsets[t]:ctx.offsets[t + 1]]) if recurrent else None
-                previous = state if t == 0 else states[:, t - 1]
-            grad_update = group.packed_mul(adjoint(previous), grad_state)
-            grad_state = group.packed_mul(grad_state, adjoint(update))
+                previous = previous_states[t]
             if grad_updates is not None:  # input-driven, kept graphs: one exponential VJP after the loop
-                grad_updates[t] = grad_update
+                grad_updates[t] = group.packed_mul(adjoint(previous), grad_state)
+                grad_state = group.packed_mul(grad_state, adjoint(update))
                 continue
-            grad_mixed[t] = _exponential_vjp(cell, saved, grad_update)
+            grad_mixed[t], grad_coordinates_t, grad_state = steps.backward(
+                cell, previous, update, saved, grad_state, lift, step_size, left, right)
             if recurrent:
-                grad_coordinates[t] = _mixing_vjp(grad_mixed[t], step_size, left, right)
-                grad_state = grad_state + _combine(grad_coordinates[t], lift)
+                grad_coordinates[t] = grad_coordinates_t
                 if grad_weight is not None:
-                    grad_weight += grad_coordinates[t].T @ group.packed_features(previous)
+                    grad_weight += grad_coordinates_t.T @ group.packed_features(previous)
         if grad_updates is not None:
-            grad_mixed = _exponential_vjp(cell, intermediates, grad_updates)
+            grad_mixed = steps.exponential_vjp(cell, intermediates, grad_updates)
         if not recurrent:
             grad_coordinates = _mixing_vjp(grad_mixed, step_size, left, right)
         if state_weight is not None and grad_weight is None:  # one product over all steps
-            previous = group.packed_features(torch.cat([state[None], states.transpose(0, 1)[:-1]]))  # [T, B, m]
+            previous = group.packed_features(previous_states)  # [T, B, m]
             grad_weight = grad_coordinates.flatten(0, 1).T @ previous.flatten(0, 1)
         grad_step, grad_left, grad_right = _mixing_parameter_vjp(coordinates, grad_mixed, step_size, left, right)
         return (None, None, grad_coordinates.transpose(0, 1), grad_state, grad_weight, grad_step, grad_left,
@@ -352,6 +384,50 @@ def _exponential_vjp(cell, saved, grad_update):
         return cell.group._packed_exp_vjp(saved, grad_update)
     mixed, *saved = saved
     return cell.group._packed_exp_vjp(tuple(saved), grad_update) * (1 - torch.tanh(mixed / theta).square())
+
+
+def _mixed_exponentials(cell, coordinates):
+    """``_exponentials`` of mix(c) for coordinates c ``[..., dim]``."""
+    return _exponentials(cell, cell.mixing(coordinates))
+
+
+def _forward_step(cell, current, drive):
+    """One step of the fused forward before re-projection: ``(c_t, X_t, saved, H_{t-1} X_t)`` for the
+    packed state H_{t-1} ``[B, *packed]`` and the drive d_t ``[B, dim]`` (``saved``: X_t's, for
+    ``_exponential_vjp``)."""
+    coordinates = cell.coordinates(current, drive)
+    update, saved = _mixed_exponentials(cell, coordinates)
+    return coordinates, update, saved, cell.group.packed_mul(current, update)
+
+
+def _backward_step(cell, previous, update, saved, grad_state, lift, step_size, left, right):
+    """One reverse step of the fused backward (``_FusedRecurrence``): ``(ḡ_{m_t}, ḡ_{c_t}, ḡ_{H_{t-1}})``
+    from ḡ_{H_t}, H_{t-1} (``previous``) and X_t with its ``saved``; ḡ_{c_t} is None and the state
+    map's share is left out where the recurrence is input-driven (``lift`` None)."""
+    adjoint = _packed_adjoint(cell.group)
+    grad_update = cell.group.packed_mul(adjoint(previous), grad_state)
+    grad_state = cell.group.packed_mul(grad_state, adjoint(update))
+    grad_mixed = _exponential_vjp(cell, saved, grad_update)
+    if lift is None:
+        return grad_mixed, None, grad_state
+    grad_coordinates = _mixing_vjp(grad_mixed, step_size, left, right)
+    return grad_mixed, grad_coordinates, grad_state + _combine(grad_coordinates, lift)
+
+
+def _own_code(function):
+    """``function`` with a code object of its own: torch.compile keeps its compiled graphs, and counts
+    them against its recompile limit, per code object, so each cell's steps get their own."""
+    return types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
+                              function.__defaults__, function.__closure__)
+
+
+class _Steps(NamedTuple):
+    """The functions the fused recurrence runs per step (``GroupRNNCell.compile_steps`` compiles them)."""
+
+    forward: object = _forward_step
+    backward: object = _backward_step
+    exponentials: object = _mixed_exponentials
+    exponential_vjp: object = _exponential_vjp
 
 
 def _packed_adjoint(group):

@@ -1,5 +1,6 @@
 """``torch.compile(fullgraph=True)`` of the group RNN's cell step and of a training step with the
-fused recurrence (``train --compile``), on the CPU.
+fused recurrence, and the fused recurrence's compiled steps (``compile_steps``, ``train --compile``),
+on the CPU.
 
 Each is one graph, forward and backward: the exponential runs its fixed number of squarings
 wherever it is traced (no count read back), the fused recurrence's backward is written out (no
@@ -85,6 +86,64 @@ def test_a_training_step_of_the_fused_recurrence_compiles_to_one_graph(backend, 
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+# compile_steps: besides TRAINING, the variants with their own loop paths (memory-flat rebuilt states
+# with a re-projection, input-driven updates, truncation)
+STEPS = [case for case in TRAINING if case[0] != "SU"] + [
+    ("O", 8, {"keep_state_every": 3, "reproject_every": 2}), ("O", 8, {"recurrent": False}),
+    ("O", 8, {"truncate_every": 2})]
+
+
+@pytest.mark.parametrize("group_name, n, options", STEPS,
+                         ids=[f"{g}{n}-{','.join(o) or 'default'}" for g, n, o in STEPS])
+def test_compiled_steps_give_the_eager_bits_at_every_length_from_one_graph_each(group_name, n, options):
+    """``compile_steps`` through ``aot_eager``: the same loss and gradients as eager, bit for bit,
+    under a compiled caller too (which does not trace the recurrence); each function compiles once
+    for a model, whatever the step or the length (input-driven: once per length, the exponentials of
+    all steps in one call), and a second model's steps compile for it alone."""
+    torch._dynamo.reset()
+    graphs = []
+
+    def counting(graph, inputs):  # aot_eager, counting the graphs dynamo hands it
+        graphs.append(graph)
+        return torch._dynamo.backends.registry.lookup_backend("aot_eager")(graph, inputs)
+
+    def build():
+        return GroupRNN(vocab_size=7, group=group_name, n=n, embedding_dim=3, **options,
+                        generator=torch.Generator().manual_seed(0))
+
+    models, reference = [build(), build()], build()
+    for model in models:
+        model.cell.compile_steps(counting)
+
+    def loss_of(model, tokens):
+        logits, _ = model(tokens[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+
+    counts = []
+    for model, length in ((models[0], 5), (models[0], 9), (models[1], 9)):
+        tokens = torch.randint(0, 7, (2, length + 1), generator=torch.Generator().manual_seed(length))
+        eager = _loss_and_gradients(reference, lambda tokens: loss_of(reference, tokens), tokens)
+        compiled = _loss_and_gradients(model, lambda tokens: loss_of(model, tokens), tokens)
+        if model is models[1]:
+            caller = torch.compile(lambda tokens: loss_of(model, tokens), backend="aot_eager")
+            compiled = (compiled, _loss_and_gradients(model, caller, tokens))
+        for got in compiled if model is models[1] else (compiled,):
+            for value, expected in zip(got, eager, strict=True):
+                assert torch.equal(value, expected)
+        counts.append(len(graphs))
+    if options.get("recurrent", True):  # the step and its VJP (+ the exponentials of rebuilt states)
+        steps = 3 if "keep_state_every" in options else 2
+        assert counts == [steps, steps, 2 * steps]
+    else:  # input-driven: the exponentials of all steps at once and their VJP, for each length
+        assert counts == [2, 4, 6]
+
+
+def test_compile_steps_needs_the_fused_recurrence():
+    model = GroupRNN(vocab_size=7, group="O", n=4, embedding_dim=3, recurrence="loop")
+    with pytest.raises(ValueError, match="fused recurrence.*'loop'"):
+        model.cell.compile_steps("aot_eager")
+
+
 def test_a_compiled_call_still_refuses_out_of_range_tokens_and_off_group_parameters():
     """The value checks run in the graph as assertions (no host read)."""
     torch._dynamo.reset()
@@ -113,6 +172,7 @@ def test_a_run_with_compile_takes_the_eager_runs_steps(tmp_path):
         run.directory.mkdir()
         run.fit()
     assert compiled.training_loss is not compiled._loss and eager.training_loss == eager._loss
+    assert compiled.model.cell._steps != eager.model.cell._steps  # the recurrence's steps compiled
     for (name, got), expected in zip(compiled.model.state_dict().items(), eager.model.state_dict().values(),
                                      strict=True):
         assert torch.equal(got, expected), name

@@ -104,7 +104,8 @@ CLASSES_MIRRORED_ELSEWHERE = {
     "optim": "not mirrored class by class: torch's optimizers follow torch.optim.Optimizer (params, closure)",
 }
 REFERENCE_ONLY_METHODS = {"param_spec", "init_params", "check_params"}  # the parameter dict's spec
-TORCH_ONLY_METHODS = {"reset_parameters", "load_state_dict", "extra_repr"}  # nn.Module's parameters and repr hook
+# nn.Module's parameters and repr hook; torch.compile of the fused recurrence's steps (nothing to compile in NumPy)
+TORCH_ONLY_METHODS = {"reset_parameters", "load_state_dict", "extra_repr", "compile_steps"}
 TORCH_ONLY_CONSTRUCTOR_ARGUMENTS = {"device", "dtype", "generator", "chunk_size", "checkpoint"}
 KNOWN_CLASS_DIFFERENCES = {}  # {(module, class): why the twins differ} -> a strict xfail; none today
 
