@@ -35,7 +35,7 @@ from torch import nn
 
 from manifold_impl.draws import drawing_device, normal_
 from manifold_impl.groups import get_group
-from manifold_impl.linalg import dagger
+from manifold_impl.linalg import _DEVICE_SQUARINGS, _fixed_count, dagger
 from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_precision, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
@@ -117,16 +117,12 @@ class GroupRNNCell(GroupModule):
         steps where the recurrence is input-driven), once for each shape; the loop over time stays
         in Python, so compiling takes the same few seconds at any sequence length (a compiled caller
         does not trace into the recurrence). Needs ``recurrence="fused"``; ``backend=None`` restores
-        the eager functions. Inside, the exponential runs its fixed count of squarings
-        (``linalg.expm``), as on a device."""
+        the eager functions. Traced, the exponential runs a fixed count of squarings
+        (``_CompiledSteps``)."""
         if self.config.recurrence != "fused":
             raise ValueError(f"compile_steps compiles the fused recurrence's steps; this cell's recurrence "
                              f"is {self.config.recurrence!r}")
-        if backend is None:
-            self._steps = _Steps()
-            return self
-        self._steps = _Steps(*(torch.compile(_own_code(function), backend=backend, fullgraph=True, dynamic=False)
-                               for function in _Steps()))
+        self._steps = _Steps() if backend is None else _CompiledSteps(backend)
         return self
 
     def reset_parameters(self, generator=None):
@@ -225,7 +221,7 @@ def _fused(cell, drive, state, position):
               getattr(mixing, "step_size", None), getattr(mixing, "left", None), getattr(mixing, "right", None))
     if not (torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)):
         return _loop(cell, drive, state, position)
-    if cell._steps != _Steps():  # compiled steps: a compiled caller runs the loop, not its trace
+    if isinstance(cell._steps, _CompiledSteps):  # a compiled caller runs the loop, not its trace
         return _opaque_recurrence(cell, position, *inputs)
     return _FusedRecurrence.apply(cell, position, *inputs)
 
@@ -428,6 +424,41 @@ class _Steps(NamedTuple):
     backward: object = _backward_step
     exponentials: object = _mixed_exponentials
     exponential_vjp: object = _exponential_vjp
+
+
+class _CompiledSteps:
+    """``_Steps`` compiled (``torch.compile(fullgraph=True, dynamic=False)``), and the count of squarings
+    a traced exponential runs (``linalg._fixed_count``; masked per matrix, so any count that suffices
+    gives the same bits). On a device the fixed ``_DEVICE_SQUARINGS``, nothing read back. On the CPU,
+    where a read-back costs nothing, the least count the cell's updates have needed so far: it
+    starts at 0, and a step whose update comes out NaN (a matrix needed more) runs again with the
+    next count (0, 1, 3, 7, 10), each traced once. A backward step runs the count its forward step
+    saved; a state rebuilt in the backward pass, at least that. A NaN that more squarings do not
+    remove (a diverged run) ends at 10 and stays."""
+
+    def __init__(self, backend):
+        self._forward, self.backward, self._exponentials, self.exponential_vjp = (
+            torch.compile(_own_code(function), backend=backend, fullgraph=True, dynamic=False)
+            for function in _Steps())
+        self.squarings = 0  # the CPU's count
+
+    def forward(self, cell, current, drive):
+        return self._enough(self._forward, cell, current, drive)
+
+    def exponentials(self, cell, coordinates):
+        return self._enough(self._exponentials, cell, coordinates)
+
+    def _enough(self, function, cell, *tensors):
+        """``function(cell, *tensors)`` with a count of squarings that sufficed."""
+        if tensors[0].device.type != "cpu":
+            return function(cell, *tensors)
+        while True:
+            with _fixed_count(self.squarings):
+                result = function(cell, *tensors)
+            update = result[1] if function is self._forward else result[0]
+            if self.squarings == _DEVICE_SQUARINGS or not torch.isnan(update).any():
+                return result
+            self.squarings = min(2 * self.squarings + 1, _DEVICE_SQUARINGS)
 
 
 def _packed_adjoint(group):

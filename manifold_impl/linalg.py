@@ -5,6 +5,7 @@ Shapes as in the reference: ``x: [..., n, n]`` with leading batch axes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from fractions import Fraction
 
@@ -86,6 +87,20 @@ _MAX_SQUARINGS = 1100  # beyond any finite float64 norm; larger s means a non-fi
 # runs this many, each matrix masked to its own s; α up to θ·2^10 (≈ 1600 in float32, 1170 in
 # float64, rotation angles no trained recurrence takes in one step) is exact, beyond it the result is NaN.
 _DEVICE_SQUARINGS = 10
+_FIXED_COUNT = _DEVICE_SQUARINGS  # what the fixed path runs (``_fixed_count``); torch.compile guards on it
+
+
+@contextlib.contextmanager
+def _fixed_count(count):
+    """Within: the fixed path runs ``count`` squarings (≤ ``_DEVICE_SQUARINGS``), NaN where a matrix needs
+    more. A compiled function that traced it runs the count it was traced with and is traced anew for
+    another (code that reads the need back, where that costs nothing, and runs the least count)."""
+    global _FIXED_COUNT
+    before, _FIXED_COUNT = _FIXED_COUNT, count
+    try:
+        yield
+    finally:
+        _FIXED_COUNT = before
 
 
 def expm(a: torch.Tensor, fixed_squarings: bool | None = None) -> torch.Tensor:
@@ -271,8 +286,8 @@ def _combine(coefficients, tensors):
 def _taylor_exp(a, fixed):
     """``(exp(a), saved, least)`` for ``a: [N, n, n]`` by the scheme of ``_TaylorExp`` (read there):
     ``saved``, a tuple of tensors, and ``least``, the squarings every matrix ran, are what
-    ``_taylor_exp_vjp`` needs. ``fixed``: ``_DEVICE_SQUARINGS`` for all, NaN where a matrix needs
-    more; else the batch's largest count, read back."""
+    ``_taylor_exp_vjp`` needs. ``fixed``: ``_DEVICE_SQUARINGS`` for all (``_fixed_count``), NaN where a
+    matrix needs more; else the batch's largest count, read back."""
     real = a.real.dtype if a.is_complex() else a.dtype
     degree = _DEGREE[real]
     norm = _norms(a)
@@ -284,8 +299,8 @@ def _taylor_exp(a, fixed):
     squarings = (pre + torch.ceil(torch.log2(alpha / _THETA[real])))
     squarings = squarings.nan_to_num(nan=0.0, posinf=0.0).clamp(min=0.0, max=_MAX_SQUARINGS)
     factor = torch.exp2(pre - squarings)  # f, [N, 1, 1]
-    if fixed:  # no read-back: _DEVICE_SQUARINGS for all, NaN where a matrix needs more
-        most, least = _DEVICE_SQUARINGS, 0
+    if fixed:  # no read-back: _FIXED_COUNT for all, NaN where a matrix needs more
+        most, least = _FIXED_COUNT, 0
     else:
         most, least = (int(x) for x in torch.stack([squarings.max(), squarings.min()]).tolist()) \
             if a.numel() else (0, 0)
@@ -311,7 +326,7 @@ def _taylor_exp(a, fixed):
     result = increments[-1].clone()
     result.diagonal(dim1=-2, dim2=-1).add_(1.0)
     if fixed:
-        result = torch.where(squarings > _DEVICE_SQUARINGS, torch.nan, result)
+        result = torch.where(squarings > most, torch.nan, result)
     return result, (b, b_square, cube_b, squarings, left, right if degree == 18 else None, inner, shifted,
                     *increments[:-1]), least
 

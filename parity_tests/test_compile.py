@@ -86,15 +86,18 @@ def test_a_training_step_of_the_fused_recurrence_compiles_to_one_graph(backend, 
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-# compile_steps: besides TRAINING, the variants with their own loop paths (memory-flat rebuilt states
-# with a re-projection, input-driven updates, truncation)
-STEPS = [case for case in TRAINING if case[0] != "SU"] + [
-    ("O", 8, {"keep_state_every": 3, "reproject_every": 2}), ("O", 8, {"recurrent": False}),
-    ("O", 8, {"truncate_every": 2})]
+# compile_steps: a complex group with a bound, T, and the variants with loop paths of their own
+# (memory-flat rebuilt states with a re-projection, input-driven updates); under make test-slow also
+# the closed forms, BO, low-rank mixing and truncation
+STEPS = [("U", 4, {"update_bound": 1.0}), ("T", 8, {}), ("O", 8, {"keep_state_every": 3, "reproject_every": 2}),
+         ("O", 8, {"recurrent": False})]
+STEPS_SLOW = [("O", 3, {}), ("BO", 8, {}), ("O", 8, {"mixing": "lowrank", "mixing_rank": 2}),
+              ("O", 8, {"truncate_every": 2})]
 
 
-@pytest.mark.parametrize("group_name, n, options", STEPS,
-                         ids=[f"{g}{n}-{','.join(o) or 'default'}" for g, n, o in STEPS])
+@pytest.mark.parametrize("group_name, n, options",
+                         STEPS + [pytest.param(*case, marks=pytest.mark.slow) for case in STEPS_SLOW],
+                         ids=[f"{g}{n}-{','.join(o) or 'default'}" for g, n, o in STEPS + STEPS_SLOW])
 def test_compiled_steps_give_the_eager_bits_at_every_length_from_one_graph_each(group_name, n, options):
     """``compile_steps`` through ``aot_eager``: the same loss and gradients as eager, bit for bit,
     under a compiled caller too (which does not trace the recurrence); each function compiles once
@@ -136,6 +139,33 @@ def test_compiled_steps_give_the_eager_bits_at_every_length_from_one_graph_each(
         assert counts == [steps, steps, 2 * steps]
     else:  # input-driven: the exponentials of all steps at once and their VJP, for each length
         assert counts == [2, 4, 6]
+
+
+def test_compiled_steps_on_the_cpu_run_again_with_the_squarings_a_large_update_needs():
+    """Traced, the exponential runs a fixed count of squarings; on the CPU the compiled steps start at
+    0 and run a step again with more where its update came out NaN (a matrix needed more): updates
+    that need squarings give the eager bits, and the count stops short of the device's 10."""
+    torch._dynamo.reset()
+
+    def build():
+        model = GroupRNN(vocab_size=7, group="O", n=8, embedding_dim=3, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            model.cell.input_map.weight.mul_(30.0)  # generators of norm ≈ 10: a few squarings
+        return model
+
+    compiled, eager = build(), build()
+    compiled.cell.compile_steps("aot_eager")
+    tokens = torch.randint(0, 7, (2, 6), generator=torch.Generator().manual_seed(1))
+
+    def loss_of(model):
+        logits, _ = model(tokens[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+
+    got = _loss_and_gradients(compiled, lambda tokens: loss_of(compiled), tokens)
+    expected = _loss_and_gradients(eager, lambda tokens: loss_of(eager), tokens)
+    for value, reference in zip(got, expected, strict=True):
+        assert torch.equal(value, reference)
+    assert 0 < compiled.cell._steps.squarings < 10
 
 
 def test_compile_steps_needs_the_fused_recurrence():

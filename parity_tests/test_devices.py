@@ -28,7 +28,7 @@ from experiments.baselines import GPTLanguageModel, LSTMLanguageModel
 from manifold_impl.group_rnn import GroupRNN, GroupRNNLayer
 from manifold_impl.group_transformer import GroupTransformer
 from manifold_impl.groups import get_group
-from manifold_impl.linalg import expm
+from manifold_impl.linalg import _fixed_count, _taylor_exp, expm
 from manifold_impl.mlstm import MLSTM
 from reference.config import GROUP_NAMES
 
@@ -276,3 +276,18 @@ def test_the_fixed_squarings_of_a_device_give_the_same_bits_within_their_bound_a
     weights = torch.randn(4, 8, 8, generator=generator, dtype=dtype).to(fixed.dtype)
     grads = [torch.autograd.grad((y[:4] * weights).real.sum(), a)[0] for y in (read_back, fixed)]
     assert torch.equal(grads[0][:4], grads[1][:4])
+
+
+def test_a_lower_fixed_count_gives_the_same_bits_where_it_suffices_and_nan_where_it_does_not():
+    """``linalg._fixed_count(k)``: the fixed path runs k squarings (what compiled steps on the CPU set)."""
+    group = get_group("O", 8)
+    coordinates = torch.randn(4, group.dim, generator=torch.Generator().manual_seed(0))
+    a = group.hat(coordinates * torch.tensor([0.01, 1.0, 4.0, 30.0])[:, None])
+    needed = [_taylor_exp(a[i:i + 1], False)[2] for i in range(4)]  # each matrix's own count, read back
+    assert needed[0] == 0 and needed[-1] > needed[1] > 0
+    read_back = expm(a)
+    for count in sorted(set(needed)):
+        with _fixed_count(count):
+            fixed = expm(a, fixed_squarings=True)
+        enough = torch.tensor(needed) <= count
+        assert torch.equal(fixed[enough], read_back[enough]) and torch.isnan(fixed[~enough]).all()
