@@ -7,7 +7,7 @@ import torch
 
 from experiments.bench.__main__ import main
 from experiments.bench.timing import alternate, row
-from reference.config import GROUP_NAMES
+from reference.config import GROUP_NAMES, GroupRNNConfig
 
 
 def test_alternate_times_every_contender_and_row_checks_the_target():
@@ -112,6 +112,8 @@ def test_quick_memory_benchmark_writes_every_mode_and_the_gradient_error(tmp_pat
     assert len(errors) == 4 and all(0 < e < 1e-3 for e in errors)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch's compiler's own (see test_compile.py)
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
 def test_the_device_check_runs_on_the_cpu_and_summarizes_parity_last(tmp_path, capsys):
     from experiments.bench import device_check
 
@@ -125,14 +127,27 @@ def test_the_device_check_runs_on_the_cpu_and_summarizes_parity_last(tmp_path, c
     assert [row["group"] for row in record["captured"]] == list(GROUP_NAMES)
     assert all(row == {"group": row["group"], "captured": False, "max_difference": 0.0, "error": None}
                for row in record["captured"])  # the replay harness, uncaptured off CUDA
-    assert [(row["model"][:5], row["batch"]) for row in record["throughput"]] == [
-        ("O(24)", 8), ("U(24)", 8), ("T siz", 8), ("BO 2×", 8)]
+    assert [(row["model"][:5], row["batch"], row["mode"]) for row in record["throughput"]] == [
+        ("O(24)", 8, "eager"), ("O(24)", 8, "compiled"), ("U(24)", 8, "eager"), ("T siz", 8, "eager"),
+        ("BO 2×", 8, "eager")]  # quick: the first case compiled (aot_eager)
     assert all(row["tokens_per_second"] > 0 and row["lstm_tokens_per_second"] > 0 for row in record["throughput"])
+    assert record["throughput"][1]["compile_seconds"] > 0 and record["throughput"][1]["backend"] == "aot_eager"
     output = capsys.readouterr().out.splitlines()
     assert output[1] == "parity: 1/2 checks pass (failed: mlstm-ns-float64)"
     assert output[-1].lstrip().startswith("BO 2×2 blocks")
     parity.write_text("group_rnn-O-float32 pass\n")
     assert device_check.main(["--device", "cpu", "--quick", "--out", str(tmp_path), "--parity", str(parity)]) == 0
+
+
+def test_the_device_check_records_a_step_that_fails_to_compile_as_its_rows_error():
+    from experiments.bench import device_check
+
+    config = GroupRNNConfig(vocab_size=7, group="O", n=4, embedding_dim=3)
+    failed = device_check.compiled_contender(config, torch.zeros(2, 5, dtype=torch.long), "no_such_backend",
+                                             torch.device("cpu"))
+    assert failed["backend"] == "no_such_backend" and "no_such_backend" in failed["error"] and "step" not in failed
+    row = {"model": "O(4)", "batch": 2, "mode": "compiled", **failed}
+    assert "FAIL: " in device_check.table({"syncs": [], "captured": [], "throughput": [row]}).splitlines()[-1]
 
 
 def test_the_device_check_on_cuda_without_a_gpu_stops_with_a_clear_error(capsys):

@@ -27,10 +27,10 @@ from reference.config import GroupRNNConfig
 TARGET = 0.35  # compiled O(24) tokens/s ÷ the matched LSTM's on one CPU thread
 
 
-def compiled_step(config, tokens, backend):
-    """A zero-argument callable: one training step of a fresh group RNN compiled as ``train --compile``
-    compiles it, with ``backend``."""
-    model = GroupRNN(config, generator=torch.Generator().manual_seed(0))
+def compiled_step(config, tokens, backend, device="cpu"):
+    """A zero-argument callable: one training step of a fresh group RNN on ``device`` compiled as
+    ``train --compile`` compiles it, with ``backend`` (``tokens`` on that device)."""
+    model = GroupRNN(config, device=device, generator=torch.Generator().manual_seed(0))
     model.cell.compile_steps(backend)
     optimizer = RiemannianAdam(model.parameters(), lr=1e-3)
 

@@ -5,7 +5,9 @@
   step with ``torch.cuda.set_sync_debug_mode("warn")``; at most 2 are expected (the loss, the
   parameters' group check). Not measured off CUDA.
 * Training tokens/s of O(24), U(24), T and BO (``bench.group_rnn``'s configurations) at batch 32
-  and 256 × 128, eager, against ``nn.LSTM`` at matched parameters (cuDNN on CUDA).
+  and 256 × 128, eager, and at batch 32 compiled as ``train --compile inductor`` compiles them
+  (the fused recurrence's per-step functions; the compile seconds recorded, a failure recorded as
+  the row's error), against ``nn.LSTM`` at matched parameters (cuDNN on CUDA).
 * A capturable ``RiemannianAdam`` step captured once in a CUDA graph and replayed, per group,
   against the same steps run eagerly (the same bits expected); off CUDA replayed uncaptured.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 import torch
 
 from experiments import train
+from experiments.bench.compiled_step import compiled_step
 from experiments.bench.group_rnn import lstm_matched_cases, matched_contenders
 from experiments.bench.timing import alternate, machine_record
 from experiments.cli import CommandParser
@@ -70,16 +73,44 @@ def throughput_cases(quick=False):
 
 
 def throughput(device, quick=False):
-    """Training tokens/s of each case and of its matched LSTM, timed alternately (eager)."""
-    rows = []
-    for label, config, batch, length in throughput_cases(quick):
+    """Training tokens/s of each case, eager and at batch 32 compiled (a compile takes tens of seconds;
+    quick: the first case, through aot_eager), and of its matched LSTM, timed alternately."""
+    rows, backend = [], "aot_eager" if quick else "inductor"
+    for index, (label, config, batch, length) in enumerate(throughput_cases(quick)):
         contenders, lstm = matched_contenders(config, batch, length, device)
+        compiled = {}
+        if (index == 0) if quick else (batch == 32):
+            tokens = torch.randint(0, config.vocab_size, (batch, length + 1),
+                                   generator=torch.Generator().manual_seed(0)).to(device)
+            compiled = compiled_contender(config, tokens, backend, device)
+            if "step" in compiled:
+                contenders["compiled"] = compiled.pop("step")
         seconds = alternate(contenders, repeats=2 if quick else 3, device=device)
         per_second = {name: batch * length / value for name, value in seconds.items()}
-        rows.append({"model": label, "batch": batch, "length": length, "mode": "eager",
-                     "tokens_per_second": per_second["group_rnn"], "lstm_tokens_per_second": per_second["lstm"],
-                     "ratio_to_lstm": per_second["group_rnn"] / per_second["lstm"], "lstm_hidden": lstm.hidden_size})
+        for mode, name in (("eager", "group_rnn"), ("compiled", "compiled")):
+            if mode == "compiled" and not compiled:
+                continue
+            value = per_second.get(name)
+            rows.append({"model": label, "batch": batch, "length": length, "mode": mode,
+                         "tokens_per_second": value, "lstm_tokens_per_second": per_second["lstm"],
+                         "ratio_to_lstm": None if value is None else value / per_second["lstm"],
+                         "lstm_hidden": lstm.hidden_size, **(compiled if mode == "compiled" else {})})
     return rows
+
+
+def compiled_contender(config, tokens, backend, device):
+    """``{"step", "backend", "compile_seconds"}``: ``compiled_step``'s training step after its first
+    call (which compiles), or ``{"backend", "error"}`` where compiling or that call failed."""
+    torch._dynamo.reset()
+    start = time.perf_counter()
+    try:
+        step = compiled_step(config, tokens, backend, device)
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as error:  # recorded: the eager rows and the other checks still run
+        return {"backend": backend, "error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
+    return {"step": step, "backend": backend, "compile_seconds": time.perf_counter() - start}
 
 
 def replayable(step, device):
@@ -156,9 +187,10 @@ def table(record):
     lines += [f"  {row['group']:3} " + (f"FAIL: {row['error']}" if row["error"] else f"{row['max_difference']:.3g}"
                                         + ("" if row["captured"] else " (replayed uncaptured off CUDA)"))
               for row in record["captured"]]
-    lines.append(f"  {'model':58} {'batch':>5} {'mode':6} {'tokens/s':>10} {'LSTM tok/s':>10} {'ratio':>6}")
-    lines += [f"  {row['model'][:58]:58} {row['batch']:5} {row['mode']:6} {row['tokens_per_second']:10.0f} "
-              f"{row['lstm_tokens_per_second']:10.0f} {row['ratio_to_lstm']:6.3f}" for row in record["throughput"]]
+    lines.append(f"  {'model':58} {'batch':>5} {'mode':8} {'tokens/s':>10} {'LSTM tok/s':>10} {'ratio':>6}")
+    lines += [f"  {row['model'][:58]:58} {row['batch']:5} {row['mode']:8} "
+              + (f"FAIL: {row['error']}" if row.get("error") else f"{row['tokens_per_second']:10.0f} "
+                 f"{row['lstm_tokens_per_second']:10.0f} {row['ratio_to_lstm']:6.3f}") for row in record["throughput"]]
     return "\n".join(lines)
 
 
@@ -190,7 +222,8 @@ def main(argv=None):
     print(table(record))
     syncs = [row["syncs"] for row in record["syncs"] if row["syncs"] is not None]
     captured = all(row["error"] is None and row["max_difference"] == 0.0 for row in record["captured"])
-    return 0 if all(count <= MAX_SYNCS for count in syncs) and captured \
+    compiled = not any(row.get("error") for row in record["throughput"])
+    return 0 if all(count <= MAX_SYNCS for count in syncs) and captured and compiled \
         and not record.get("parity", {}).get("failed") else 1
 
 
