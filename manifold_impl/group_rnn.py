@@ -271,7 +271,7 @@ class _FusedRecurrence(torch.autograd.Function):
         states = state.new_empty((state.shape[0], length) + state.shape[1:])
         drive = drive.transpose(0, 1).contiguous()  # time-major [T, B, dim], as every buffer below: [t] is
         # contiguous, with the same strides at any length (what a compiled step was compiled for)
-        coordinates = torch.empty_like(drive, memory_format=torch.contiguous_format) if recurrent else drive
+        coordinates = [] if recurrent else drive  # c_t, stacked after the loop
         batched = keep_graphs and not recurrent  # every update at once (not when memory is to stay flat)
         steps = cell._steps
         updates, saved = steps.exponentials(cell, drive) if batched else ([], [])
@@ -284,7 +284,7 @@ class _FusedRecurrence(torch.autograd.Function):
             else:
                 coordinates_t, update, intermediates, product = steps.forward(cell, current, drive[t])
                 if recurrent:
-                    coordinates[t] = coordinates_t
+                    coordinates.append(coordinates_t)
                 if keep_graphs:
                     updates.append(update)
                     saved.extend(intermediates)
@@ -297,6 +297,7 @@ class _FusedRecurrence(torch.autograd.Function):
             if not keep_graphs and (t + 1) % every == 0:
                 kept[t + 1] = current
         kept[length] = current
+        coordinates = torch.stack(coordinates) if recurrent else coordinates  # [T, B, dim]
         ctx.cell, ctx.position, ctx.length, ctx.recurrent = cell, position, length, recurrent
         ctx.kept, ctx.offsets = (None if keep_graphs else sorted(kept)), offsets
         if keep_graphs:
@@ -321,8 +322,7 @@ class _FusedRecurrence(torch.autograd.Function):
             updates, intermediates = rest[0], tuple(rest[1:])
         lift = _features_adjoint(state_weight, state) if recurrent else None
         adjoint, steps = _packed_adjoint(group), cell._steps
-        grad_mixed = coordinates.new_empty(coordinates.shape)  # ḡ_{m_t}, time-major
-        grad_coordinates = coordinates.new_empty(coordinates.shape) if recurrent else None  # ḡ_{c_t}
+        grad_mixed, grad_coordinates = [], []  # ḡ_{m_t}, ḡ_{c_t} (recurrent) from t = T down, stacked after
         grad_updates = None if recurrent or rebuild else torch.empty_like(updates)
         grad_weight = None if state_weight is None or not rebuild else torch.zeros_like(state_weight)
         grad_state = torch.zeros_like(state)
@@ -346,14 +346,18 @@ class _FusedRecurrence(torch.autograd.Function):
                 grad_updates[t] = group.packed_mul(adjoint(previous), grad_state)
                 grad_state = group.packed_mul(grad_state, adjoint(update))
                 continue
-            grad_mixed[t], grad_coordinates_t, grad_state = steps.backward(
+            grad_mixed_t, grad_coordinates_t, grad_state = steps.backward(
                 cell, previous, update, saved, grad_state, lift, step_size, left, right)
+            grad_mixed.append(grad_mixed_t)
             if recurrent:
-                grad_coordinates[t] = grad_coordinates_t
+                grad_coordinates.append(grad_coordinates_t)
                 if grad_weight is not None:
                     grad_weight += grad_coordinates_t.T @ group.packed_features(previous)
         if grad_updates is not None:
             grad_mixed = steps.exponential_vjp(cell, intermediates, grad_updates)
+        else:
+            grad_mixed = torch.stack(grad_mixed[::-1])  # [T, B, dim]
+        grad_coordinates = torch.stack(grad_coordinates[::-1]) if recurrent else None
         if not recurrent:
             grad_coordinates = _mixing_vjp(grad_mixed, step_size, left, right)
         if state_weight is not None and grad_weight is None:  # one product over all steps
@@ -417,6 +421,17 @@ def _own_code(function):
                               function.__defaults__, function.__closure__)
 
 
+def _flagged(function, update):
+    """``function`` returning ``(its result, whether result[update] has a NaN)``, the flag computed where
+    it is compiled (``_CompiledSteps``)."""
+
+    def flagged(*args):
+        result = function(*args)
+        return result, torch.isnan(result[update]).any()
+
+    return flagged
+
+
 class _Steps(NamedTuple):
     """The functions the fused recurrence runs per step (``GroupRNNCell.compile_steps`` compiles them)."""
 
@@ -437,9 +452,11 @@ class _CompiledSteps:
     remove (a diverged run) ends at 10 and stays."""
 
     def __init__(self, backend):
+        eager = _Steps()
         self._forward, self.backward, self._exponentials, self.exponential_vjp = (
             torch.compile(_own_code(function), backend=backend, fullgraph=True, dynamic=False)
-            for function in _Steps())
+            for function in (_flagged(eager.forward, 1), eager.backward, _flagged(eager.exponentials, 0),
+                             eager.exponential_vjp))
         self.squarings = 0  # the CPU's count
 
     def forward(self, cell, current, drive):
@@ -449,14 +466,13 @@ class _CompiledSteps:
         return self._enough(self._exponentials, cell, coordinates)
 
     def _enough(self, function, cell, *tensors):
-        """``function(cell, *tensors)`` with a count of squarings that sufficed."""
+        """``function(cell, *tensors)`` (flagged) with a count of squarings that sufficed."""
         if tensors[0].device.type != "cpu":
-            return function(cell, *tensors)
+            return function(cell, *tensors)[0]
         while True:
             with _fixed_count(self.squarings):
-                result = function(cell, *tensors)
-            update = result[1] if function is self._forward else result[0]
-            if self.squarings == _DEVICE_SQUARINGS or not torch.isnan(update).any():
+                result, nan = function(cell, *tensors)
+            if self.squarings == _DEVICE_SQUARINGS or not nan:
                 return result
             self.squarings = min(2 * self.squarings + 1, _DEVICE_SQUARINGS)
 
