@@ -133,10 +133,27 @@ def test_the_device_check_runs_on_the_cpu_and_summarizes_parity_last(tmp_path, c
     assert all(row["tokens_per_second"] > 0 and row["lstm_tokens_per_second"] > 0 for row in record["throughput"])
     assert record["throughput"][1]["compile_seconds"] > 0 and record["throughput"][1]["backend"] == "aot_eager"
     output = capsys.readouterr().out.splitlines()
-    assert output[1] == "parity: 1/2 checks pass (failed: mlstm-ns-float64)"
+    saved = [index for index, line in enumerate(output) if line.startswith("saved ")]
+    assert len(saved) == 1 and sum(line.startswith("measured ") for line in output[:saved[0]]) == 5
+    assert output[saved[0] + 1] == "parity: 1/2 checks pass (failed: mlstm-ns-float64)"  # the table, last
     assert output[-1].lstrip().startswith("BO 2×2 blocks")
     parity.write_text("group_rnn-O-float32 pass\n")
     assert device_check.main(["--device", "cpu", "--quick", "--out", str(tmp_path), "--parity", str(parity)]) == 0
+
+
+def test_the_device_check_keeps_what_it_measured_when_it_is_stopped(tmp_path, monkeypatch):
+    from experiments.bench import device_check
+
+    def stopped_after_one_row(device, quick):
+        yield {"model": "O(24)", "batch": 8, "mode": "eager"}
+        raise KeyboardInterrupt  # as a time limit's signal
+
+    monkeypatch.setattr(device_check, "throughput", stopped_after_one_row)
+    with pytest.raises(KeyboardInterrupt):
+        device_check.main(["--device", "cpu", "--quick", "--out", str(tmp_path)])
+    record = json.loads((tmp_path / "device_check_quick.json").read_text())
+    assert len(record["syncs"]) == len(record["captured"]) == len(GROUP_NAMES)
+    assert record["throughput"] == [{"model": "O(24)", "batch": 8, "mode": "eager"}]
 
 
 def test_the_device_check_records_a_step_that_fails_to_compile_as_its_rows_error():

@@ -11,8 +11,8 @@
 * A capturable ``RiemannianAdam`` step captured once in a CUDA graph and replayed, per group,
   against the same steps run eagerly (the same bits expected); off CUDA replayed uncaptured.
 
-Saves ``--out``/``device_check.json`` and prints a short table last (with ``--parity``, a file of
-``label pass|FAIL`` lines, the parity checks' summary first).
+Saves ``--out``/``device_check.json`` after every measurement (a stopped run keeps what it measured)
+and prints a short table last (``--parity``: a file of ``label pass|FAIL`` lines, summarized first).
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ def throughput_cases(quick=False):
 
 def throughput(device, quick=False):
     """Training tokens/s of each case, eager and at batch 32 compiled (a compile takes tens of seconds;
-    quick: the first case, through aot_eager), and of its matched LSTM, timed alternately."""
-    rows, backend = [], "aot_eager" if quick else "inductor"
+    quick: the first case, through aot_eager), and of its matched LSTM, timed alternately: the rows,
+    yielded as each case is measured."""
+    backend = "aot_eager" if quick else "inductor"
     for index, (label, config, batch, length) in enumerate(throughput_cases(quick)):
         contenders, lstm = matched_contenders(config, batch, length, device)
         compiled = {}
@@ -91,11 +92,10 @@ def throughput(device, quick=False):
             if mode == "compiled" and not compiled:
                 continue
             value = per_second.get(name)
-            rows.append({"model": label, "batch": batch, "length": length, "mode": mode,
-                         "tokens_per_second": value, "lstm_tokens_per_second": per_second["lstm"],
-                         "ratio_to_lstm": None if value is None else value / per_second["lstm"],
-                         "lstm_hidden": lstm.hidden_size, **(compiled if mode == "compiled" else {})})
-    return rows
+            yield {"model": label, "batch": batch, "length": length, "mode": mode,
+                   "tokens_per_second": value, "lstm_tokens_per_second": per_second["lstm"],
+                   "ratio_to_lstm": None if value is None else value / per_second["lstm"],
+                   "lstm_hidden": lstm.hidden_size, **(compiled if mode == "compiled" else {})}
 
 
 def compiled_contender(config, tokens, backend, device):
@@ -211,13 +211,22 @@ def main(argv=None):
     if args.parity is not None:
         passed, total, failed = parity_summary(args.parity)
         record["parity"] = {"passed": passed, "total": total, "failed": failed}
-    record["syncs"] = [syncs_of_a_training_step(group, device, args.quick) for group in GROUP_NAMES]
-    record["captured"] = [captured_optimizer_steps(group, device) for group in GROUP_NAMES]
-    record["throughput"] = throughput(device, args.quick)
-    record["seconds"] = time.perf_counter() - start
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / ("device_check_quick.json" if args.quick else "device_check.json")
-    path.write_text(json.dumps(record, indent=2))
+
+    def save():  # after every measurement: a run stopped at its time limit keeps what it measured
+        record["seconds"] = time.perf_counter() - start
+        path.write_text(json.dumps(record, indent=2))
+
+    record["syncs"] = [syncs_of_a_training_step(group, device, args.quick) for group in GROUP_NAMES]
+    save()
+    record["captured"] = [captured_optimizer_steps(group, device) for group in GROUP_NAMES]
+    record["throughput"] = []
+    save()
+    for row in throughput(device, args.quick):
+        record["throughput"].append(row)
+        save()
+        print(f"measured {row['model']} batch {row['batch']} {row['mode']}", flush=True)
     print(f"saved {path}")
     print(table(record))
     syncs = [row["syncs"] for row in record["syncs"] if row["syncs"] is not None]
