@@ -61,7 +61,9 @@ TRAINING = [("O", 3, {}), ("SU", 2, {}), ("T", 8, {}), ("BO", 8, {}), ("O", 8, {
 
 
 @pytest.mark.parametrize("backend, group_name, n, options",
-                         [("aot_eager", *case) for case in TRAINING] + [("inductor", "O", 8, {})],
+                         # the closed forms, T and BO under make test-slow (their cell step compiles above)
+                         [pytest.param("aot_eager", *case, marks=[] if case[2] else [pytest.mark.slow])
+                          for case in TRAINING] + [("inductor", "O", 8, {})],
                          ids=[f"aot_eager-{g}{n}" for g, n, _ in TRAINING] + ["inductor-O8"])
 def test_a_training_step_of_the_fused_recurrence_compiles_to_one_graph(backend, group_name, n, options):
     """The model's loss (checks, embedding, the fused recurrence, readout, cross-entropy) as one
