@@ -284,11 +284,16 @@ class Optimizers:
     ``map_lr``'s. The schedule multiplies every group's rate. Without such a parameter the
     optimizers are the plain ones (one AdamW group).
 
+    ``capturable=True`` (``train.cuda_graphs``) builds both optimizers capturable: their step counts
+    and every group's rate are tensors on the parameters' device, which the schedule fills in place,
+    so one captured step replays every later one (``experiments.captured_step``). The schedule's
+    base rates stay floats, so it never reads a rate back.
+
     Raises:
         ValueError: ``rates`` names a parameter the model lacks or a group-valued one.
     """
 
-    def __init__(self, model, train, rates=None):
+    def __init__(self, model, train, rates=None, capturable=False):
         group_valued = [p for p in model.parameters() if isinstance(p, geoopt.ManifoldParameter)]
         named = dict(model.named_parameters())
         rates = rates or {}
@@ -302,12 +307,24 @@ class Optimizers:
         separate = {id(p) for _, params in scaled for p in params}
         euclidean = [p for p in model.parameters()
                      if not isinstance(p, geoopt.ManifoldParameter) and id(p) not in separate]
+        self.capturable, self.device = capturable, next(model.parameters()).device
         param_groups = [{"params": euclidean}] + [{"params": params, "lr": lr} for lr, params in scaled]
-        self.optimizers = [torch.optim.AdamW(param_groups, lr=train.lr, weight_decay=train.weight_decay)]
+        self.optimizers = [torch.optim.AdamW(param_groups, lr=train.lr, weight_decay=train.weight_decay,
+                                             capturable=capturable)]
         if group_valued:
-            self.optimizers.append(RiemannianAdam(group_valued, lr=train.lr))
+            self.optimizers.append(RiemannianAdam(group_valued, lr=train.lr, capturable=capturable))
+        self._place_rates()
         self.schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda step: learning_rate_factor(train, step))
                           for o in self.optimizers]
+
+    def _place_rates(self):
+        """Every group's ``lr``: a float64 tensor on the parameters' device where capturable, else a
+        float; ``initial_lr`` (the schedule's base rate) a float in both."""
+        for optimizer in self.optimizers:
+            for group in optimizer.param_groups:
+                rate = float(group["lr"])  # a read of a device tensor, at construction and loading only
+                group["lr"] = torch.tensor(rate, dtype=torch.float64, device=self.device) if self.capturable else rate
+                group["initial_lr"] = float(group.get("initial_lr", rate))
 
     def step(self):
         for optimizer, schedule in zip(self.optimizers, self.schedules):
@@ -323,10 +340,12 @@ class Optimizers:
                 "schedules": [s.state_dict() for s in self.schedules]}
 
     def load_state_dict(self, state):
+        """Load ``state_dict()``'s record, capturable or not (either resumes the other)."""
         for optimizer, saved in zip(self.optimizers, state["optimizers"]):
             optimizer.load_state_dict(saved)
         for schedule, saved in zip(self.schedules, state["schedules"]):
             schedule.load_state_dict(saved)
+        self._place_rates()
 
 
 def learning_rate_factor(train, step):

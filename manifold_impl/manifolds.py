@@ -23,6 +23,7 @@ from __future__ import annotations
 import geoopt
 import torch
 
+from manifold_impl import validation
 from manifold_impl.groups import Group
 
 
@@ -151,14 +152,15 @@ class GroupModule(torch.nn.Module):
         Only geoopt's Riemannian optimizers keep a ``ManifoldParameter`` on its group; any other
         torch optimizer (AdamW, SGD, ...) steps it along the ambient gradient and off the group.
         The models call this once per forward call, never inside the recurrence: one host read for
-        all parameters, and the explanation only when one is off. Where ``torch.compile`` traces the
-        call, the check is an assertion in the graph (no host read, no name in the error).
+        all parameters, and the explanation only when one is off. Where the call is traced
+        (``torch.compile``, or a CUDA graph captured), the check is an assertion on the device (no
+        host read, no name in the error).
         """
         params = self._group_parameters()
         if not params:
             return
         off = torch.stack([param.manifold.group._violation(param) for _, param in params]).any()
-        if torch.compiler.is_compiling():  # traced: an assertion in the graph, no host read
+        if validation._traced(off):  # an assertion in the graph, no host read
             torch._assert_async(~off, "a group-valued parameter is off its group; call the model uncompiled to see which")
             return
         if not off:

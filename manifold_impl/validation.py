@@ -9,12 +9,20 @@ import torch
 from manifold_impl.linalg import default_atol
 
 
+def _traced(tensor):
+    """Whether ``tensor``'s values cannot be read back here: ``torch.compile`` traces the call, or
+    ``tensor`` lives on a CUDA device whose stream is capturing a CUDA graph. A check then asserts
+    on the device (``torch._assert_async``) instead of reading its verdict back."""
+    return torch.compiler.is_compiling() or (tensor.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
 def check_tokens(tokens, vocab_size, device=None):
     """Validate token ids ``tokens: [batch, length]`` (an integer tensor) where they are; returns
     them on ``device`` (default: where they are). Ids on the host are checked there, with no read
     from the device, and copied without blocking (from pinned memory the copy runs asynchronously).
-    Where ``torch.compile`` traces the call, the range is asserted in the graph instead (no host
-    read; the error then cannot name the id).
+    Where the call is traced (``torch.compile``, or ids on a CUDA device while a CUDA graph is
+    captured), the range is asserted on the device instead (no host read; the error then cannot
+    name the id).
 
     Raises:
         TypeError: not an int64 or int32 tensor.
@@ -30,7 +38,7 @@ def check_tokens(tokens, vocab_size, device=None):
     if tokens.numel() == 0:
         raise ValueError(f"token ids are empty: shape {tuple(tokens.shape)}")
     low, high = torch.aminmax(tokens)
-    if torch.compiler.is_compiling():  # traced: an assertion in the graph, no host read
+    if _traced(tokens):  # an assertion in the graph, no host read
         torch._assert_async((low >= 0) & (high < vocab_size), f"a token id is out of range [0, {vocab_size})")
     elif ((low < 0) | (high >= vocab_size)).item():  # one host read, before any work
         bad = int(low) if low < 0 else int(high)
