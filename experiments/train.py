@@ -36,17 +36,19 @@ from experiments.tuning import with_chosen_rates
 from manifold_impl.group_rnn import GroupRNNCell
 from manifold_impl.losses import cross_entropy
 from manifold_impl.optim import RiemannianAdam
+from manifold_impl.validation import check_tokens
 from reference.config import GroupRNNConfig, map_lr_scales
 
 SCHEDULES = ("constant", "cosine")
 # The TrainConfig fields a resume may change (``--resume DIR --steps 2000``): they decide how far and
 # where the run goes and how often it reports, not what any completed step computed.
-RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device", "compile")
+RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device", "compile", "cuda_graphs")
 MAP_LRS = ("n_aware", "plain")
 USAGE = "%(prog)s (--model M [--task T] | --preset SWEEP/RUN | --resume DIR) [--option value ...] [-h]"
 RUN_OPTIONS = ("model", "task", "run_dir", "resume", "preset", "params")  # the command line's options that are no config field
 LOCK_FILE = "run.lock"  # held by the process training in a run directory
 DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
+CAPTURE_WARMUP = 3  # eager steps before --cuda-graphs captures the step (torch's advice for a whole network)
 DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
 
 
@@ -76,6 +78,9 @@ class TrainConfig:
             RNN's fused recurrence is not traced whole: its per-step functions are compiled
             (``GroupRNNCell.compile_steps``), so compiling takes the same seconds at any sequence
             length. Evaluation stays eager.
+        cuda_graphs: replay each training step from CUDA graphs (``CapturedStep``), with
+            capturable optimizers: on a CUDA device, without ``compile``, for a task whose batches
+            all have one shape. Evaluation stays eager.
     """
 
     model: str
@@ -94,6 +99,7 @@ class TrainConfig:
     device: str = "cpu"
     map_lr: str = "n_aware"
     compile: str | None = None
+    cuda_graphs: bool = False
 
     def __post_init__(self):
         if self.model not in MODEL_CONFIGS:
@@ -118,6 +124,14 @@ class TrainConfig:
         backends = torch.compiler.list_backends(exclude_tags=())
         if self.compile is not None and self.compile not in backends:
             raise ValueError(f"unknown compile backend {self.compile!r}; choose one of {backends} or none")
+        if not isinstance(self.cuda_graphs, bool):
+            raise ValueError(f"cuda_graphs must be true or false, got {self.cuda_graphs!r}")
+        if self.cuda_graphs and not (str(self.device).startswith("cuda") or
+                                     (self.device == "auto" and torch.cuda.is_available())):
+            raise ValueError(f"cuda_graphs captures CUDA graphs and needs a CUDA device (--device cuda), got "
+                             f"device {self.device!r}" + (" on a machine without CUDA" if self.device == "auto" else ""))
+        if self.cuda_graphs and self.compile is not None:
+            raise ValueError("cuda_graphs replays the eager step: choose compile or cuda_graphs, not both")
 
 
 @dataclass(frozen=True)
@@ -286,7 +300,7 @@ class Optimizers:
 
     ``capturable=True`` (``train.cuda_graphs``) builds both optimizers capturable: their step counts
     and every group's rate are tensors on the parameters' device, which the schedule fills in place,
-    so one captured step replays every later one (``experiments.captured_step``). The schedule's
+    so one captured step replays every later one (``CapturedStep``). The schedule's
     base rates stay floats, so it never reads a rate back.
 
     Raises:
@@ -307,7 +321,7 @@ class Optimizers:
         separate = {id(p) for _, params in scaled for p in params}
         euclidean = [p for p in model.parameters()
                      if not isinstance(p, geoopt.ManifoldParameter) and id(p) not in separate]
-        self.capturable, self.device = capturable, next(model.parameters()).device
+        self.capturable, self.device, self.dtype = capturable, next(model.parameters()).device, getattr(torch, train.dtype)
         param_groups = [{"params": euclidean}] + [{"params": params, "lr": lr} for lr, params in scaled]
         self.optimizers = [torch.optim.AdamW(param_groups, lr=train.lr, weight_decay=train.weight_decay,
                                              capturable=capturable)]
@@ -318,17 +332,26 @@ class Optimizers:
                           for o in self.optimizers]
 
     def _place_rates(self):
-        """Every group's ``lr``: a float64 tensor on the parameters' device where capturable, else a
-        float; ``initial_lr`` (the schedule's base rate) a float in both."""
+        """Every group's ``lr``: a tensor of the parameters' real dtype on their device where capturable
+        (AdamW's fused arithmetic takes it as is), else a float; ``initial_lr`` (the schedule's base
+        rate) a float in both."""
         for optimizer in self.optimizers:
             for group in optimizer.param_groups:
                 rate = float(group["lr"])  # a read of a device tensor, at construction and loading only
-                group["lr"] = torch.tensor(rate, dtype=torch.float64, device=self.device) if self.capturable else rate
+                group["lr"] = torch.tensor(rate, dtype=self.dtype, device=self.device) if self.capturable else rate
                 group["initial_lr"] = float(group.get("initial_lr", rate))
 
     def step(self):
-        for optimizer, schedule in zip(self.optimizers, self.schedules):
+        """Step the optimizers, then their schedules."""
+        self.step_optimizers()
+        self.step_schedules()
+
+    def step_optimizers(self):
+        for optimizer in self.optimizers:
             optimizer.step()
+
+    def step_schedules(self):
+        for schedule in self.schedules:
             schedule.step()
 
     def zero_grad(self):
@@ -346,6 +369,98 @@ class Optimizers:
         for schedule, saved in zip(self.schedules, state["schedules"]):
             schedule.load_state_dict(saved)
         self._place_rates()
+
+
+def _on_side_stream(function):
+    """Run ``function`` on a new CUDA stream that waits for, and is waited for by, the current one."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        function()
+    torch.cuda.current_stream().wait_stream(stream)
+
+
+def _capture(function):
+    """Capture the kernels ``function`` launches in a CUDA graph (running none); its replay."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        function()
+    return graph.replay
+
+
+class CapturedStep:
+    """``Run.backward`` and ``Run.update`` of ``run`` (a ``Run`` with capturable optimizers) replayed
+    from CUDA graphs after ``warmup`` eager steps (``train --cuda-graphs``).
+
+    A group RNN's eager step launches about a hundred small kernels per time step (some 13,000 for O(24)
+    at T = 128); on a GPU the host's cost of launching them, not their arithmetic, sets the pace. A
+    CUDA graph records the launches once and replays them all with one. The step is captured as two
+    graphs, replayed in turn:
+
+    - forward: the loss of the batch in the static inputs, and its backward into gradients whose
+      memory the graph owns (the same tensors at every replay);
+    - update: gradient clipping and both optimizers' step, built capturable (``Optimizers``: their
+      step counts and rates live on the device; the schedule fills the rates between replays).
+
+    Between the two the loss is read, as an eager step reads it, so a non-finite loss stops the run
+    before its update. The first ``warmup`` steps run eagerly on a side stream: they create the
+    optimizers' state and the groups' device caches, which a capture cannot. The next step is captured
+    and replayed, and every later one replays. Every batch must have the shape of the first; the model's
+    checks (token ids, parameters on their groups) are device assertions inside the graphs.
+    """
+
+    def __init__(self, run, warmup=CAPTURE_WARMUP):
+        self.run, self.warmup = run, warmup
+        self.eager_steps = 0
+        self.inputs = self.targets = self.loss = None  # the static tensors the graphs read and write
+        self._forward = self._update = None  # the graphs' replays, once captured
+
+    def backward(self, inputs, targets):
+        """Copy the batch (ids on the host, checked there) into the static inputs and run the forward
+        and backward pass: eagerly during the warm-up, then from the forward graph; the loss, read."""
+        self._load(inputs, targets)
+        if self._forward is None and self.eager_steps == self.warmup:
+            self.run.optimizers.zero_grad()  # the captured backward then allocates the gradients in the graph's memory
+            self._forward = _capture(self._forward_and_backward)
+        if self._forward is not None:
+            self._forward()
+        else:
+            _on_side_stream(self._forward_and_backward)
+        return self.loss.item()
+
+    def update(self):
+        """Clip and step the optimizers (eagerly during the warm-up, then from the update graph), and
+        step the schedules, which fill the rates the update graph reads."""
+        if self._update is None and self.eager_steps == self.warmup:
+            self._update = _capture(self.run.clip_and_step)
+        if self._update is not None:
+            self._update()
+        else:
+            _on_side_stream(self.run.clip_and_step)
+            self.eager_steps += 1
+        self.run.optimizers.step_schedules()
+
+    def _load(self, inputs, targets):
+        """Check the ids on the host and copy the batch into the static inputs without blocking.
+
+        Raises:
+            ValueError: the batch has another shape than the first one (the graphs replay one shape).
+        """
+        check_tokens(inputs, self.run.config.model.vocab_size)
+        device = next(self.run.model.parameters()).device
+        if self.inputs is None:
+            self.inputs = torch.empty(inputs.shape, dtype=inputs.dtype, device=device)
+            self.targets = torch.empty(targets.shape, dtype=targets.dtype, device=device)
+        for static, batch in ((self.inputs, inputs), (self.targets, targets)):
+            if batch.shape != static.shape:
+                raise ValueError(f"--cuda-graphs replays the shapes of the first batch, {tuple(static.shape)}, and "
+                                 f"the task gave {tuple(batch.shape)}: train this task without --cuda-graphs")
+            static.copy_(batch.pin_memory() if device.type == "cuda" else batch, non_blocking=True)
+
+    def _forward_and_backward(self):
+        self.run.optimizers.zero_grad()  # the backward writes new gradients (in a capture: the graph's)
+        self.loss = self.run.training_loss(self.inputs, self.targets)
+        self.loss.backward()
 
 
 def learning_rate_factor(train, step):
@@ -527,8 +642,9 @@ class Run:
         generator = torch.Generator().manual_seed(self.train.seed)
         self.model = build_model(config.model, device=self.train.device, dtype=getattr(torch, self.train.dtype),
                                  generator=generator)
-        self.optimizers = Optimizers(self.model, self.train)
+        self.optimizers = Optimizers(self.model, self.train, capturable=self.train.cuda_graphs)
         self.training_loss = self._compiled_loss()
+        self.captured = CapturedStep(self) if self.train.cuda_graphs else None
         self.rng = np.random.default_rng(self.train.seed)
         self.diagnostic_batch, _ = self.task.train_batch(
             np.random.default_rng(self.train.seed + DIAGNOSTIC_SEED_OFFSET), DIAGNOSTIC_BATCH, 0)
@@ -651,6 +767,8 @@ class Run:
         """The forward and backward pass of one training batch (ids on the host: the model checks them
         there); returns the loss, read once, after the backward pass is queued. Page-locked on CUDA,
         the batch is copied without blocking."""
+        if self.captured is not None:
+            return self.captured.backward(inputs, targets)
         if torch.device(self.train.device).type == "cuda":
             inputs, targets = inputs.pin_memory(), targets.pin_memory()
         loss = self.training_loss(inputs, targets)
@@ -659,10 +777,18 @@ class Run:
         return loss.item()
 
     def update(self):
-        """Clip the gradients (``train.clip``) and step the optimizers."""
+        """Clip the gradients (``train.clip``) and step the optimizers and their schedules."""
+        if self.captured is not None:
+            return self.captured.update()
+        self.clip_and_step()
+        self.optimizers.step_schedules()
+
+    def clip_and_step(self):
+        """Clip the gradients (``train.clip``) and step the optimizers, not their schedules (what
+        ``--cuda-graphs`` captures)."""
         if self.train.clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.clip)
-        self.optimizers.step()
+        self.optimizers.step_optimizers()
 
     def fit(self, deadline=None):
         """Train to ``train.steps`` (or until ``time.perf_counter()`` passes ``deadline``); tokens/s."""

@@ -1,13 +1,16 @@
-"""What a training step captured in a CUDA graph needs, checked on the CPU: capturable optimizers
-that train as the eager ones and resume each other, and a step that never makes the host wait while
-it is captured (the meta device standing in for CUDA, as in ``test_devices``).
+"""A training step captured in CUDA graphs (``experiments.train.CapturedStep``), checked on the CPU:
+capturable optimizers that train as the eager ones and resume each other, a step that never makes
+the host wait while it is captured (the meta device standing in for CUDA, as in ``test_devices``),
+and the captured run's bookkeeping (warm-up, capture, replays) with the graphs replaced by calls.
 
 torch refuses ``capturable=True`` on a CPU or meta tensor; the tests let it through, since the
 update's arithmetic is the same on every device.
 """
 
 import collections
+import contextlib
 import importlib
+import tempfile
 
 import pytest
 import torch
@@ -15,7 +18,7 @@ import torch
 import manifold_impl.validation
 from experiments import train
 from experiments.models import build_model
-from parity_tests.test_devices import GROUP_CHECK, TOKEN_CHECK, HostWaits
+from parity_tests.test_devices import GROUP_CHECK, TOKEN_CHECK, HostWaits, _read_at
 from reference.config import GroupRNNConfig
 
 
@@ -71,7 +74,8 @@ def test_capturable_optimizers_keep_their_rates_on_the_device_and_train_as_the_e
     assert len(groups) == 4 and all(isinstance(group["lr"], torch.Tensor) for group in groups)
     expected = [rate * train.learning_rate_factor(TRAIN, 5) for rate in (3e-3, *(s * 3e-3 for s in
                 train.map_lr_scales(CONFIG)), 3e-3)]
-    assert _rates(captured_optimizers) == pytest.approx(expected, rel=1e-12)
+    assert all(group["lr"].dtype == torch.float32 for group in groups)  # the parameters' dtype
+    assert _rates(captured_optimizers) == pytest.approx(expected, rel=1e-7)
     assert _rates(eager_optimizers) == pytest.approx(expected, rel=1e-12)
     for name, value in eager.state_dict().items():
         torch.testing.assert_close(captured.state_dict()[name], value, **STEP_TOLERANCE, msg=name)
@@ -107,3 +111,97 @@ def test_a_step_captured_on_a_device_never_makes_the_host_wait(capturable_anywhe
     with HostWaits() as captured:
         _step(model, optimizers, tokens)
     assert captured.waits == collections.Counter(), captured.waits
+
+
+def test_cuda_graphs_need_a_cuda_device_and_the_eager_step():
+    for device in ("cuda", "cuda:1"):
+        assert train.TrainConfig(model="lstm", device=device, cuda_graphs=True).cuda_graphs
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        train.TrainConfig(model="lstm", cuda_graphs=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="got device 'auto' on a machine without CUDA"):
+            train.TrainConfig(model="lstm", device="auto", cuda_graphs=True)
+    with pytest.raises(ValueError, match="choose compile or cuda_graphs"):
+        train.TrainConfig(model="lstm", device="cuda", cuda_graphs=True, compile="inductor")
+    with pytest.raises(ValueError, match="true or false"):
+        train.TrainConfig(model="lstm", device="cuda", cuda_graphs="yes")
+
+
+class Graphs:
+    """CUDA graphs on another device: a capture runs nothing and returns a replay that runs the
+    function again (``inside``: the context both run in); captures, replays and side-stream runs counted."""
+
+    def __init__(self, inside=contextlib.nullcontext):
+        self.inside, self.counts = inside, collections.Counter()
+
+    def capture(self, function):
+        self.counts["captures"] += 1
+
+        def replay():
+            self.counts["replays"] += 1
+            with self.inside():
+                function()
+        return replay
+
+    def side_stream(self, function):
+        self.counts["side-stream runs"] += 1
+        function()
+
+
+def _captured_run(directory, options, graphs, monkeypatch, warmup):
+    """A ``train.Run`` whose steps ``train.CapturedStep`` runs from ``graphs``."""
+    monkeypatch.setattr(train, "_capture", graphs.capture)
+    monkeypatch.setattr(train, "_on_side_stream", graphs.side_stream)
+    run = train.Run(directory, train.build_config("group_rnn", "lm", options))
+    run.optimizers = train.Optimizers(run.model, run.train, capturable=True)
+    run.captured = train.CapturedStep(run, warmup=warmup)
+    return run
+
+
+RUN_OPTIONS = {"dataset": "ptb_char", "batch": 2, "length": 6, "eval_every": 3, "checkpoint_every": 100,
+               "eval_tokens": 40, "warmup": 2, "group": "O", "n": 8, "embedding_dim": 4, "readout": "prototype"}
+
+
+def test_a_captured_run_trains_as_the_eager_one_bit_for_bit(capturable_anywhere, monkeypatch, tmp_path):
+    """Two warm-up steps, the capture, then replays: the same parameters and metrics as the eager
+    steps with the same (capturable) optimizers."""
+    options = {**RUN_OPTIONS, "steps": 6, "device": "cpu"}
+    (tmp_path / "captured").mkdir(), (tmp_path / "eager").mkdir()
+    graphs = Graphs()
+    captured = _captured_run(tmp_path / "captured", options, graphs, monkeypatch, warmup=2)
+    captured.fit()
+    eager = train.Run(tmp_path / "eager", train.build_config("group_rnn", "lm", options))
+    eager.optimizers = train.Optimizers(eager.model, eager.train, capturable=True)
+    eager.fit()
+    assert graphs.counts == {"captures": 2, "replays": 8, "side-stream runs": 4}
+    for name, value in eager.model.state_dict().items():
+        assert torch.equal(captured.model.state_dict()[name], value), name
+    assert (tmp_path / "captured" / "metrics.jsonl").read_text() == (tmp_path / "eager" / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match=r"replays the shapes of the first batch, \(2, 6\), and the task gave \(2, 5\)"):
+        captured.backward(*(batch[:, :5] for batch in captured.task.train_batch(captured.rng, 2, 6)))
+
+
+def test_a_captured_step_makes_the_host_wait_once_for_the_loss(capturable_anywhere, monkeypatch):
+    """On the meta device, with the checks asserting on the device while a graph is captured or
+    replayed: no host wait in a capture, and one per replayed step, the loss's read."""
+    traced, replaying = manifold_impl.validation._traced, [False]
+    monkeypatch.setattr(manifold_impl.validation, "_traced", lambda tensor: replaying[0] or traced(tensor))
+
+    @contextlib.contextmanager
+    def in_a_graph():
+        replaying[0] = True
+        with HostWaits() as mode:
+            yield
+        replaying[0] = False
+        assert mode.waits == collections.Counter(), mode.waits
+
+    waits = []
+    for steps in (3, 5):
+        with tempfile.TemporaryDirectory() as directory:
+            options = {**RUN_OPTIONS, "steps": steps, "eval_every": 100, "device": "meta"}
+            run = _captured_run(directory, options, Graphs(in_a_graph), monkeypatch, warmup=1)
+            with HostWaits() as mode:
+                run.fit()
+        waits.append(mode.waits)
+    loss_read = _read_at(train, "return self.loss.item()")
+    assert waits[1] - waits[0] == collections.Counter({loss_read: 2}), waits

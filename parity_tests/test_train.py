@@ -563,7 +563,7 @@ def test_the_best_validation_model_is_kept_and_tested(tmp_path, monkeypatch):
 def test_a_non_finite_loss_stops_the_run_and_the_best_finite_model_is_tested(tmp_path, monkeypatch):
     """A NaN poisoned into the embedding after step 3 makes step 4's loss NaN: the run stops there, logs a last
     (NaN) evaluation, and tests its best finite checkpoint (step 2), the same model a 2-step run tests."""
-    step = train.Optimizers.step
+    step = train.Optimizers.step_optimizers
 
     def poisoned_after_three(self):
         step(self)
@@ -575,9 +575,9 @@ def test_a_non_finite_loss_stops_the_run_and_the_best_finite_model_is_tested(tmp
     poisoned_after_three.calls = 0
     options = {"dataset": "ptb_char", "hidden_size": 8, "steps": 6, "batch": 2, "length": 8, "eval_every": 2,
                "checkpoint_every": 2, "eval_tokens": 200, "schedule": "constant"}
-    monkeypatch.setattr(train.Optimizers, "step", poisoned_after_three)
+    monkeypatch.setattr(train.Optimizers, "step_optimizers", poisoned_after_three)
     final = train.run(train.build_config("lstm", "lm", options), tmp_path / "poisoned")
-    monkeypatch.setattr(train.Optimizers, "step", step)
+    monkeypatch.setattr(train.Optimizers, "step_optimizers", step)
     assert final["stopped"] == "training loss not finite at step 4" and final["steps"] == 3
     logged = metrics(tmp_path / "poisoned")
     assert [m["step"] for m in logged] == [2, 3] and logged[-1]["stopped"] == final["stopped"]
