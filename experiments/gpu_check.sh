@@ -3,10 +3,10 @@
 # has built .venv (sized for 10 minutes on one H200): parity of the torch tree on CUDA against the
 # reference in float32 and float64 for every model (a failing check is recorded and the rest still
 # run), then `experiments.bench.device_check`: the host syncs of a training step of every group, a
-# captured RiemannianAdam step replayed against eager steps, and training tokens/s against cuDNN's
-# LSTM, eager and compiled (the fused recurrence's steps, as train --compile inductor). It prints a
-# short table last; everything lands under $OUT (default experiments/results/bench/gpu). Exit status
-# 1 if any check failed.
+# captured RiemannianAdam step and captured training steps (train --cuda-graphs) replayed against
+# eager steps, and training tokens/s against cuDNN's LSTM: eager, compiled (the fused recurrence's
+# steps, as train --compile inductor) and from CUDA graphs. It prints a short table last; everything
+# lands under $OUT (default experiments/results/bench/gpu). Exit status 1 if any check failed.
 set -uo pipefail
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-experiments/results/bench/gpu}

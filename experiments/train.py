@@ -389,8 +389,10 @@ def _capture(function):
 
 
 class CapturedStep:
-    """``Run.backward`` and ``Run.update`` of ``run`` (a ``Run`` with capturable optimizers) replayed
-    from CUDA graphs after ``warmup`` eager steps (``train --cuda-graphs``).
+    """A training step of ``model``, replayed from CUDA graphs after ``warmup`` eager steps: the
+    ``loss(inputs, targets)`` (``Run.training_loss``), its backward, clipping to ``clip`` and the
+    steps of ``optimizers`` (capturable ``Optimizers``). ``Run.backward`` and ``Run.update`` under
+    ``train --cuda-graphs``.
 
     A group RNN's eager step launches about a hundred small kernels per time step (some 13,000 for O(24)
     at T = 128); on a GPU the host's cost of launching them, not their arithmetic, sets the pace. A
@@ -409,8 +411,8 @@ class CapturedStep:
     checks (token ids, parameters on their groups) are device assertions inside the graphs.
     """
 
-    def __init__(self, run, warmup=CAPTURE_WARMUP):
-        self.run, self.warmup = run, warmup
+    def __init__(self, model, loss, optimizers, clip, warmup=CAPTURE_WARMUP):
+        self.model, self.loss_of, self.optimizers, self.clip, self.warmup = model, loss, optimizers, clip, warmup
         self.eager_steps = 0
         self.inputs = self.targets = self.loss = None  # the static tensors the graphs read and write
         self._forward = self._update = None  # the graphs' replays, once captured
@@ -420,7 +422,7 @@ class CapturedStep:
         and backward pass: eagerly during the warm-up, then from the forward graph; the loss, read."""
         self._load(inputs, targets)
         if self._forward is None and self.eager_steps == self.warmup:
-            self.run.optimizers.zero_grad()  # the captured backward then allocates the gradients in the graph's memory
+            self.optimizers.zero_grad()  # the captured backward then allocates the gradients in the graph's memory
             self._forward = _capture(self._forward_and_backward)
         if self._forward is not None:
             self._forward()
@@ -432,13 +434,13 @@ class CapturedStep:
         """Clip and step the optimizers (eagerly during the warm-up, then from the update graph), and
         step the schedules, which fill the rates the update graph reads."""
         if self._update is None and self.eager_steps == self.warmup:
-            self._update = _capture(self.run.clip_and_step)
+            self._update = _capture(self._clip_and_step)
         if self._update is not None:
             self._update()
         else:
-            _on_side_stream(self.run.clip_and_step)
+            _on_side_stream(self._clip_and_step)
             self.eager_steps += 1
-        self.run.optimizers.step_schedules()
+        self.optimizers.step_schedules()
 
     def _load(self, inputs, targets):
         """Check the ids on the host and copy the batch into the static inputs without blocking.
@@ -446,8 +448,8 @@ class CapturedStep:
         Raises:
             ValueError: the batch has another shape than the first one (the graphs replay one shape).
         """
-        check_tokens(inputs, self.run.config.model.vocab_size)
-        device = next(self.run.model.parameters()).device
+        check_tokens(inputs, self.model.config.vocab_size)
+        device = next(self.model.parameters()).device
         if self.inputs is None:
             self.inputs = torch.empty(inputs.shape, dtype=inputs.dtype, device=device)
             self.targets = torch.empty(targets.shape, dtype=targets.dtype, device=device)
@@ -458,9 +460,20 @@ class CapturedStep:
             static.copy_(batch.pin_memory() if device.type == "cuda" else batch, non_blocking=True)
 
     def _forward_and_backward(self):
-        self.run.optimizers.zero_grad()  # the backward writes new gradients (in a capture: the graph's)
-        self.loss = self.run.training_loss(self.inputs, self.targets)
+        self.optimizers.zero_grad()  # the backward writes new gradients (in a capture: the graph's)
+        self.loss = self.loss_of(self.inputs, self.targets)
         self.loss.backward()
+
+    def _clip_and_step(self):
+        clip_and_step(self.model, self.optimizers, self.clip)
+
+
+def clip_and_step(model, optimizers, clip):
+    """Clip the gradients of ``model`` to norm ``clip`` (none: no clipping) and step ``optimizers``
+    (``Optimizers``), not their schedules: what ``CapturedStep`` captures."""
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizers.step_optimizers()
 
 
 def learning_rate_factor(train, step):
@@ -644,7 +657,8 @@ class Run:
                                  generator=generator)
         self.optimizers = Optimizers(self.model, self.train, capturable=self.train.cuda_graphs)
         self.training_loss = self._compiled_loss()
-        self.captured = CapturedStep(self) if self.train.cuda_graphs else None
+        self.captured = CapturedStep(self.model, self.training_loss, self.optimizers, self.train.clip) \
+            if self.train.cuda_graphs else None
         self.rng = np.random.default_rng(self.train.seed)
         self.diagnostic_batch, _ = self.task.train_batch(
             np.random.default_rng(self.train.seed + DIAGNOSTIC_SEED_OFFSET), DIAGNOSTIC_BATCH, 0)
@@ -780,15 +794,8 @@ class Run:
         """Clip the gradients (``train.clip``) and step the optimizers and their schedules."""
         if self.captured is not None:
             return self.captured.update()
-        self.clip_and_step()
+        clip_and_step(self.model, self.optimizers, self.train.clip)
         self.optimizers.step_schedules()
-
-    def clip_and_step(self):
-        """Clip the gradients (``train.clip``) and step the optimizers, not their schedules (what
-        ``--cuda-graphs`` captures)."""
-        if self.train.clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train.clip)
-        self.optimizers.step_optimizers()
 
     def fit(self, deadline=None):
         """Train to ``train.steps`` (or until ``time.perf_counter()`` passes ``deadline``); tokens/s."""

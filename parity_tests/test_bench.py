@@ -5,8 +5,10 @@ import json
 import pytest
 import torch
 
+from experiments import train
 from experiments.bench.__main__ import main
 from experiments.bench.timing import alternate, row
+from parity_tests.test_captured_step import Graphs, capturable_anywhere  # noqa: F401 (a fixture)
 from reference.config import GROUP_NAMES, GroupRNNConfig
 
 
@@ -164,7 +166,29 @@ def test_the_device_check_records_a_step_that_fails_to_compile_as_its_rows_error
                                              torch.device("cpu"))
     assert failed["backend"] == "no_such_backend" and "no_such_backend" in failed["error"] and "step" not in failed
     row = {"model": "O(4)", "batch": 2, "mode": "compiled", **failed}
-    assert "FAIL: " in device_check.table({"syncs": [], "captured": [], "throughput": [row]}).splitlines()[-1]
+    assert "FAIL: " in device_check.table({"syncs": [], "captured": [], "captured_steps": [],
+                                           "throughput": [row]}).splitlines()[-1]
+
+
+def test_the_device_check_times_and_compares_training_steps_from_cuda_graphs(capturable_anywhere, monkeypatch):
+    """``train --cuda-graphs``'s step, with the graphs replaced by calls (``test_captured_step.Graphs``):
+    the same bits as the eager steps, and a contender to time once warmed up and captured."""
+    from experiments.bench import device_check
+
+    graphs = Graphs()
+    monkeypatch.setattr(train, "_capture", graphs.capture)
+    monkeypatch.setattr(train, "_on_side_stream", graphs.side_stream)
+    rows = [device_check.captured_training_steps(group, torch.device("cpu")) for group in ("O", "U", "BO")]
+    assert rows == [{"group": group, "max_difference": 0.0, "eager_difference": 0.0, "error": None}
+                    for group in ("O", "U", "BO")]
+    assert graphs.counts["captures"] == 2 * len(rows)
+    config = GroupRNNConfig(vocab_size=7, group="O", n=4, embedding_dim=3)
+    contender = device_check.captured_contender(config, torch.zeros(2, 5, dtype=torch.long), torch.device("cpu"))
+    assert contender["capture_seconds"] > 0
+    contender["step"]()
+    assert graphs.counts["captures"] == 2 * len(rows) + 2
+    lines = device_check.table({"syncs": [], "captured": [], "captured_steps": rows, "throughput": []}).splitlines()
+    assert lines[3] == "  O   0 (eager's own 0)"
 
 
 def test_the_device_check_on_cuda_without_a_gpu_stops_with_a_clear_error(capsys):

@@ -154,7 +154,7 @@ def _captured_run(directory, options, graphs, monkeypatch, warmup):
     monkeypatch.setattr(train, "_on_side_stream", graphs.side_stream)
     run = train.Run(directory, train.build_config("group_rnn", "lm", options))
     run.optimizers = train.Optimizers(run.model, run.train, capturable=True)
-    run.captured = train.CapturedStep(run, warmup=warmup)
+    run.captured = train.CapturedStep(run.model, run.training_loss, run.optimizers, run.train.clip, warmup=warmup)
     return run
 
 

@@ -1,15 +1,14 @@
 """``python -m experiments.bench.device_check --device cuda``: the measured half of ``gpu_check.sh``.
 
-* Host syncs of a training step (``Run.backward`` then ``Run.update``: forward, loss, backward,
-  clipping, both optimizers) of a group RNN on the copy task, per group, counted after a warm-up
-  step with ``torch.cuda.set_sync_debug_mode("warn")``; at most 2 are expected (the loss, the
-  parameters' group check). Not measured off CUDA.
+* Host syncs of a training step of a group RNN (copy task) per group, after a warm-up step, with
+  ``torch.cuda.set_sync_debug_mode("warn")``: at most 2 expected (the loss, the group check).
 * Training tokens/s of O(24), U(24), T and BO (``bench.group_rnn``'s configurations) at batch 32
-  and 256 × 128, eager, and at batch 32 compiled as ``train --compile inductor`` compiles them
-  (the fused recurrence's per-step functions; the compile seconds recorded, a failure recorded as
-  the row's error), against ``nn.LSTM`` at matched parameters (cuDNN on CUDA).
-* A capturable ``RiemannianAdam`` step captured once in a CUDA graph and replayed, per group,
-  against the same steps run eagerly (the same bits expected); off CUDA replayed uncaptured.
+  and 256 × 128: eager; at batch 32 compiled as ``train --compile inductor`` compiles them
+  (compile seconds recorded); on CUDA from CUDA graphs as ``train --cuda-graphs`` runs them. Each
+  against ``nn.LSTM`` at matched parameters (cuDNN on CUDA); a step that fails is its row's error.
+* Replays against eager steps, per group: a capturable ``RiemannianAdam`` step captured in a CUDA
+  graph (the same bits expected; off CUDA replayed uncaptured), and on CUDA whole training steps
+  (``train.CapturedStep``: no further from eager than eager runs are from each other).
 
 Saves ``--out``/``device_check.json`` after every measurement (a stopped run keeps what it measured)
 and prints a short table last (``--parity``: a file of ``label pass|FAIL`` lines, summarized first).
@@ -30,10 +29,12 @@ from experiments.bench.compiled_step import compiled_step
 from experiments.bench.group_rnn import lstm_matched_cases, matched_contenders
 from experiments.bench.timing import alternate, machine_record
 from experiments.cli import CommandParser
+from manifold_impl.group_rnn import GroupRNN
 from manifold_impl.groups import get_group
+from manifold_impl.losses import cross_entropy
 from manifold_impl.manifolds import group_parameter
 from manifold_impl.optim import RiemannianAdam
-from reference.config import GROUP_NAMES
+from reference.config import GROUP_NAMES, GroupRNNConfig
 
 MAX_SYNCS = 2  # per training step: the loss read and the group check
 
@@ -73,29 +74,28 @@ def throughput_cases(quick=False):
 
 
 def throughput(device, quick=False):
-    """Training tokens/s of each case, eager and at batch 32 compiled (a compile takes tens of seconds;
-    quick: the first case, through aot_eager), and of its matched LSTM, timed alternately: the rows,
-    yielded as each case is measured."""
+    """Training tokens/s of each case: eager; at batch 32 compiled (a compile takes tens of seconds;
+    quick: the first case, through aot_eager); on CUDA from CUDA graphs; and of its matched LSTM,
+    timed alternately. The rows, yielded as each case is measured."""
     backend = "aot_eager" if quick else "inductor"
     for index, (label, config, batch, length) in enumerate(throughput_cases(quick)):
         contenders, lstm = matched_contenders(config, batch, length, device)
-        compiled = {}
+        tokens = torch.randint(0, config.vocab_size, (batch, length + 1), generator=torch.Generator().manual_seed(0))
+        extra = {}  # mode: its record, with the step to time under "step" until timed
         if (index == 0) if quick else (batch == 32):
-            tokens = torch.randint(0, config.vocab_size, (batch, length + 1),
-                                   generator=torch.Generator().manual_seed(0)).to(device)
-            compiled = compiled_contender(config, tokens, backend, device)
-            if "step" in compiled:
-                contenders["compiled"] = compiled.pop("step")
+            extra["compiled"] = compiled_contender(config, tokens.to(device), backend, device)
+        if device.type == "cuda":
+            extra["captured"] = captured_contender(config, tokens, device)
+        contenders.update({mode: record.pop("step") for mode, record in extra.items() if "step" in record})
         seconds = alternate(contenders, repeats=2 if quick else 3, device=device)
         per_second = {name: batch * length / value for name, value in seconds.items()}
-        for mode, name in (("eager", "group_rnn"), ("compiled", "compiled")):
-            if mode == "compiled" and not compiled:
-                continue
+        for mode, name in (("eager", "group_rnn"), *((mode, mode) for mode in extra)):
             value = per_second.get(name)
             yield {"model": label, "batch": batch, "length": length, "mode": mode,
                    "tokens_per_second": value, "lstm_tokens_per_second": per_second["lstm"],
                    "ratio_to_lstm": None if value is None else value / per_second["lstm"],
-                   "lstm_hidden": lstm.hidden_size, **(compiled if mode == "compiled" else {})}
+                   "ratio_to_eager": None if value is None else value / per_second["group_rnn"],
+                   "lstm_hidden": lstm.hidden_size, **extra.get(mode, {})}
 
 
 def compiled_contender(config, tokens, backend, device):
@@ -111,6 +111,65 @@ def compiled_contender(config, tokens, backend, device):
     except Exception as error:  # recorded: the eager rows and the other checks still run
         return {"backend": backend, "error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
     return {"step": step, "backend": backend, "compile_seconds": time.perf_counter() - start}
+
+
+def captured_training_step(config, device, warmup=train.CAPTURE_WARMUP):
+    """``(model, step)``: a fresh group RNN of ``config`` on ``device``, and ``step(tokens)``, one
+    training step of it on ``tokens`` (``[batch, length + 1]`` on the host, the same shape at every
+    call) as ``train --cuda-graphs`` runs it: ``train.CapturedStep`` with capturable
+    ``train.Optimizers`` (lr 1e-3, clip 1), its first ``warmup`` calls eager, the next captured."""
+    model = GroupRNN(config, device=device, generator=torch.Generator().manual_seed(0))
+    optimizers = train.Optimizers(model, train.TrainConfig(model="group_rnn", steps=10**6), capturable=True)
+
+    def loss(inputs, targets):
+        logits, _ = model(inputs)
+        return cross_entropy(logits, targets)
+
+    captured = train.CapturedStep(model, loss, optimizers, clip=1.0, warmup=warmup)
+
+    def step(tokens):
+        captured.backward(tokens[:, :-1], tokens[:, 1:])
+        captured.update()
+
+    return model, step
+
+
+def captured_contender(config, tokens, device):
+    """``{"step", "capture_seconds"}``: ``captured_training_step``'s step after its warm-up and capture
+    (their seconds), or ``{"error"}`` where they failed."""
+    start = time.perf_counter()
+    try:
+        _, step = captured_training_step(config, device)
+        for _ in range(train.CAPTURE_WARMUP + 1):
+            step(tokens)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as error:  # recorded: the other rows and checks still run
+        return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
+    return {"step": lambda: step(tokens), "capture_seconds": time.perf_counter() - start}
+
+
+def captured_training_steps(group, device, steps=6):
+    """``{"group", "max_difference", "eager_difference", "error"}``: ``steps`` training steps of a group
+    RNN on ``group`` (n = 8, BO in 2×2 blocks; batch 4 × 16), captured after 2 eager ones, against the
+    same steps all eager (``warmup`` = ``steps``), twice: ``max_difference`` the largest |difference| of
+    the parameters captured from eager, ``eager_difference`` of the two eager runs (the kernels' own
+    nondeterminism: the captured run should differ by no more)."""
+    config = GroupRNNConfig(vocab_size=11, group=group, n=8, embedding_dim=8, block=2 if group == "BO" else None)
+    tokens = torch.randint(0, 11, (steps, 4, 17), generator=torch.Generator().manual_seed(0))
+    result = {"group": group, "max_difference": None, "eager_difference": None, "error": None}
+    parameters = []
+    try:
+        for warmup in (2, steps, steps):
+            model, step = captured_training_step(config, device, warmup=warmup)
+            for batch in tokens:
+                step(batch)
+            parameters.append(torch.cat([(torch.view_as_real(p) if p.is_complex() else p).detach().reshape(-1)
+                                         for p in model.parameters()]))
+    except RuntimeError as error:  # a step that cannot be captured: recorded, the other checks still run
+        return {**result, "error": str(error).splitlines()[0][:200]}
+    return {**result, "max_difference": (parameters[0] - parameters[1]).abs().max().item(),
+            "eager_difference": (parameters[1] - parameters[2]).abs().max().item()}
 
 
 def replayable(step, device):
@@ -187,10 +246,16 @@ def table(record):
     lines += [f"  {row['group']:3} " + (f"FAIL: {row['error']}" if row["error"] else f"{row['max_difference']:.3g}"
                                         + ("" if row["captured"] else " (replayed uncaptured off CUDA)"))
               for row in record["captured"]]
-    lines.append(f"  {'model':58} {'batch':>5} {'mode':8} {'tokens/s':>10} {'LSTM tok/s':>10} {'ratio':>6}")
+    lines.append("training steps from CUDA graphs, max |difference| from eager steps (at most eager's own):")
+    lines += [f"  {row['group']:3} " + (f"FAIL: {row['error']}" if row["error"] else
+                                        f"{row['max_difference']:.3g} (eager's own {row['eager_difference']:.3g})")
+              for row in record["captured_steps"]] or ["  not measured off CUDA"]
+    lines.append(f"  {'model':58} {'batch':>5} {'mode':8} {'tokens/s':>10} {'LSTM tok/s':>10} {'÷ LSTM':>6} "
+                 f"{'÷ eager':>7}")
     lines += [f"  {row['model'][:58]:58} {row['batch']:5} {row['mode']:8} "
               + (f"FAIL: {row['error']}" if row.get("error") else f"{row['tokens_per_second']:10.0f} "
-                 f"{row['lstm_tokens_per_second']:10.0f} {row['ratio_to_lstm']:6.3f}") for row in record["throughput"]]
+                 f"{row['lstm_tokens_per_second']:10.0f} {row['ratio_to_lstm']:6.3f} {row['ratio_to_eager']:7.2f}")
+              for row in record["throughput"]]
     return "\n".join(lines)
 
 
@@ -221,6 +286,9 @@ def main(argv=None):
     record["syncs"] = [syncs_of_a_training_step(group, device, args.quick) for group in GROUP_NAMES]
     save()
     record["captured"] = [captured_optimizer_steps(group, device) for group in GROUP_NAMES]
+    save()
+    record["captured_steps"] = [captured_training_steps(group, device) for group in GROUP_NAMES] \
+        if device.type == "cuda" else []
     record["throughput"] = []
     save()
     for row in throughput(device, args.quick):
@@ -230,7 +298,8 @@ def main(argv=None):
     print(f"saved {path}")
     print(table(record))
     syncs = [row["syncs"] for row in record["syncs"] if row["syncs"] is not None]
-    captured = all(row["error"] is None and row["max_difference"] == 0.0 for row in record["captured"])
+    captured = all(row["error"] is None and row["max_difference"] == 0.0 for row in record["captured"]) and all(
+        row["error"] is None and row["max_difference"] <= row["eager_difference"] for row in record["captured_steps"])
     compiled = not any(row.get("error") for row in record["throughput"])
     return 0 if all(count <= MAX_SYNCS for count in syncs) and captured and compiled \
         and not record.get("parity", {}).get("failed") else 1
