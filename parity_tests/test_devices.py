@@ -147,7 +147,7 @@ def _waits_of_a_training_step(model, length):
 
 
 # closed forms (O(2), SO(3), SU(2), BO(8)), the elementwise T, and the general exponential
-GROUPS = [("O", 2), ("SO", 3), ("SU", 2), ("T", 16), ("BO", 8), ("O", 8), ("U", 8), ("SU", 4), ("GL", 4)]
+GROUPS = [("O", 2), ("SO", 3), ("SU", 2), ("T", 16), ("BO", 8), ("O", 8), ("O", 24), ("U", 8), ("SU", 4), ("GL", 4)]
 
 
 RECURRENCES = {"fused": {}, "loop": {"recurrence": "loop"}, "scan": {"recurrence": "scan", "recurrent": False},
