@@ -321,7 +321,8 @@ class Optimizers:
         separate = {id(p) for _, params in scaled for p in params}
         euclidean = [p for p in model.parameters()
                      if not isinstance(p, geoopt.ManifoldParameter) and id(p) not in separate]
-        self.capturable, self.device, self.dtype = capturable, next(model.parameters()).device, getattr(torch, train.dtype)
+        self.train, self.capturable = train, capturable
+        self.device, self.dtype = next(model.parameters()).device, getattr(torch, train.dtype)
         param_groups = [{"params": euclidean}] + [{"params": params, "lr": lr} for lr, params in scaled]
         self.optimizers = [torch.optim.AdamW(param_groups, lr=train.lr, weight_decay=train.weight_decay,
                                              capturable=capturable)]
@@ -363,11 +364,17 @@ class Optimizers:
                 "schedules": [s.state_dict() for s in self.schedules]}
 
     def load_state_dict(self, state):
-        """Load ``state_dict()``'s record, capturable or not (either resumes the other)."""
+        """Load ``state_dict()``'s record, capturable or not (either resumes the other). The rates of
+        the next step are this schedule's at the saved step: the saved ones where ``train`` is
+        unchanged, and the new schedule's where a resume changed ``steps`` (a finished cosine run
+        saved a rate of 0, on which a capturable Adam divides)."""
         for optimizer, saved in zip(self.optimizers, state["optimizers"]):
             optimizer.load_state_dict(saved)
-        for schedule, saved in zip(self.schedules, state["schedules"]):
+        for optimizer, schedule, saved in zip(self.optimizers, self.schedules, state["schedules"]):
             schedule.load_state_dict(saved)
+            factor = learning_rate_factor(self.train, schedule.last_epoch)
+            for group, base in zip(optimizer.param_groups, schedule.base_lrs):
+                group["lr"] = base * factor
         self._place_rates()
 
 

@@ -204,6 +204,52 @@ def test_a_captured_run_trains_as_the_eager_one_bit_for_bit(capturable_anywhere,
         captured.backward(*(batch[:, :5] for batch in captured.task.train_batch(captured.rng, 2, 6)))
 
 
+def test_a_captured_run_resumes_bit_for_bit(capturable_anywhere, monkeypatch, tmp_path):
+    """Killed after the checkpoint of step 4 (2 warm-up steps, the capture, a replay) and resumed for
+    2 steps (a warm-up again): the parameters and metrics of the uninterrupted captured run."""
+    options = {**RUN_OPTIONS, "steps": 6, "checkpoint_every": 2, "device": "cpu"}
+    for name in ("whole", "resumed"):
+        (tmp_path / name).mkdir()
+    whole = _captured_run(tmp_path / "whole", options, Graphs(), monkeypatch, warmup=2)
+    whole.fit()
+    first = _captured_run(tmp_path / "resumed", options, Graphs(), monkeypatch, warmup=2)
+    save = first.save_checkpoint
+
+    def killed_after_step_four():
+        save()
+        if first.step == 4:
+            raise KeyboardInterrupt  # as a kill right after the checkpoint
+
+    first.save_checkpoint = killed_after_step_four
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    resumed = _captured_run(tmp_path / "resumed", options, Graphs(), monkeypatch, warmup=2)
+    resumed.load_checkpoint()
+    assert resumed.step == 4
+    resumed.fit()
+    for name, value in whole.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[name], value), name
+    assert (tmp_path / "resumed" / "metrics.jsonl").read_text() == (tmp_path / "whole" / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize("capturable", [False, True])
+def test_a_finished_run_resumed_for_more_steps_follows_the_new_schedule(capturable_anywhere, tmp_path, capturable):
+    """A cosine run of 4 steps ends at rate 0; resumed with 6, step 5 takes the 6-step schedule's
+    rate (a capturable Adam given 0 divides by it: NaN where a second moment is 0, as in the
+    embedding's unseen rows)."""
+    def make(steps):
+        run = train.Run(tmp_path, train.build_config("group_rnn", "lm", {**RUN_OPTIONS, "steps": steps, "device": "cpu"}))
+        run.optimizers = train.Optimizers(run.model, run.train, capturable=capturable)
+        return run
+
+    make(4).fit()
+    resumed = make(6)
+    resumed.load_checkpoint()
+    assert _rates(resumed.optimizers) == pytest.approx([1e-3 * train.learning_rate_factor(resumed.train, 4)] * 2)
+    resumed.fit()
+    assert all(torch.isfinite(value).all() for value in resumed.model.state_dict().values())
+
+
 def test_a_captured_step_makes_the_host_wait_once_for_the_loss(capturable_anywhere, monkeypatch):
     """On the meta device, with the checks asserting on the device while a graph is captured or
     replayed: no host wait in a capture, and one per replayed step, the loss's read."""
