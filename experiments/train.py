@@ -47,8 +47,8 @@ MAP_LRS = ("n_aware", "plain")
 USAGE = "%(prog)s (--model M [--task T] | --preset SWEEP/RUN | --resume DIR) [--option value ...] [-h]"
 RUN_OPTIONS = ("model", "task", "run_dir", "resume", "preset", "params")  # the command line's options that are no config field
 LOCK_FILE = "run.lock"  # held by the process training in a run directory
-DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
 CAPTURE_WARMUP = 3  # eager steps before --cuda-graphs captures the step (torch's advice for a whole network)
+DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
 DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
 
 
