@@ -849,9 +849,6 @@ class Run:
         best_step = self.best["step"] if self.best else (None if self.task.selection_key else self.step)
         final = self.directory / "final.json"
         timing = {"tokens_per_second": tokens_per_second, "train_seconds": self.train_seconds}
-        if tokens_per_second == 0.0 and final.exists():  # a resume with no step left keeps the run's own timing
-            previous = json.loads(final.read_text())
-            timing = {key: previous.get(key, value) for key, value in timing.items()}
         result = {"steps": self.step, "best_step": best_step,
                   **self.evaluate("valid"), **self.evaluate("test"), **timing,
                   "parameters": count_parameters(self.model), "drift": group_drift(self.model),
@@ -870,10 +867,12 @@ def run(config, directory, argv=None):
     and a second is refused. A directory with a checkpoint resumes from it (``check_resumable``: its configuration may
     differ only in ``RESUME_OVERRIDES``); ``config.json`` then records the configuration resumed
     with, and ``resumes.jsonl`` one line per resume: its step, the overrides (field: [before, after]),
-    the git revision and ``argv``.
+    the git revision and ``argv``. A run whose ``final.json`` records all of ``train.steps`` is
+    returned untouched.
 
     Raises:
-        ValueError: ``directory`` holds a checkpoint of a different configuration, another
+        ValueError: ``directory`` holds a checkpoint of a different configuration, or a finished run
+            without a checkpoint to take further, another
             process is training in it, or a step would need more memory than the device has
             (``check_memory``).
     """
@@ -890,14 +889,38 @@ def run(config, directory, argv=None):
         raise ValueError(f"{directory} is in use: another process holds its lock {lock.lock_file}") from None
 
 
+def finished_record(directory, steps):
+    """``directory``'s ``final.json`` if it records a run that finished all of ``steps``, else None."""
+    path = Path(directory) / "final.json"
+    if not path.exists():
+        return None
+    final = json.loads(path.read_text())
+    return final if final.get("steps") == steps and "stopped" not in final else None
+
+
+def _finished(directory, final):
+    """Say that the run in ``directory`` has nothing left to train; its ``final`` record, untouched."""
+    print(f"{directory} finished at step {final['steps']} (final.json): nothing to train; continue it with "
+          f"--resume {directory} --steps N, N above {final['steps']}", file=sys.stderr, flush=True)
+    return final
+
+
 def _run_locked(config, directory, argv):
-    """``run`` once the directory's lock is held."""
+    """``run`` once the directory's lock is held. A run that finished its steps is left as it is."""
     checkpoint = directory / "checkpoint.pt"
+    finished = finished_record(directory, config.train.steps)
+    if not checkpoint.exists() and (directory / "final.json").exists():
+        if finished is not None:
+            return _finished(directory, finished)
+        raise ValueError(f"cannot continue {directory} to step {config.train.steps}: it holds a finished run "
+                         "without checkpoint.pt (trained without checkpoints, or the file was deleted)")
     if checkpoint.exists():
         state = load_checkpoint_file(checkpoint)
         recorded = json.loads(state["config"]) if "config" in state else \
             json.loads((directory / "config.json").read_text())  # a checkpoint written before it held its config
         overrides = check_resumable(RunConfig.from_json(recorded), config, state["step"], directory)
+        if finished is not None and state["step"] == config.train.steps:
+            return _finished(directory, finished)
         training = Run(directory, config)
         training.load_checkpoint(state)
         atomic_write_text(json.dumps(config.to_json(), indent=2), directory / "config.json")
@@ -1049,7 +1072,9 @@ def main(argv=None, prog=None):
     parameters as an uninterrupted one, bit for bit, on the CPU (tested). The checkpoint holds the
     run's configuration; a resume refuses any other (an edited ``config.json`` included), except for
     ``RESUME_OVERRIDES`` given after ``--resume DIR`` (``--steps`` at least the checkpoint's step),
-    which ``config.json`` and ``resumes.jsonl`` record. One process at a time trains in a directory (it
+    which ``config.json`` and ``resumes.jsonl`` record. A resume changes nothing where it cannot
+    continue: a directory without ``checkpoint.pt`` is refused, and a run that finished its steps
+    is left as it is (exit 0; ``--steps N`` above them continues it). One process at a time trains in a directory (it
     holds ``run.lock``); every file but the appended ``*.jsonl`` is written to a temporary file and
     renamed over, and a failed write (a full disk) is an ``OSError`` naming the file and leaves no
     temporary file behind. Progress goes to stderr: a bar on a terminal, otherwise one
@@ -1091,7 +1116,12 @@ def configure(argv):
             build_parser(saved.train.model, saved.train.task).parse_args(["--help"])
         directory = args.resume
         config = resume_config(directory, rest)
-        return config, directory, None if not (directory / "checkpoint.pt").exists() else argv
+        if not (directory / "checkpoint.pt").exists() and finished_record(directory, config.train.steps) is None:
+            raise OptionError(f"cannot resume {directory}: it has no checkpoint.pt to continue from"
+                              + ("" if not (directory / "final.json").exists() else
+                                 f" past the step its final.json records; train {config.train.steps} steps "
+                                 "in another --run-dir"))
+        return config, directory, argv
     task = args.task or "lm"
     if args.model is None:
         if "-h" in rest or "--help" in rest:
@@ -1104,7 +1134,7 @@ def configure(argv):
         raise OptionError(name_options(str(error), options)) from error
     check_memory(config)
     directory = args.run_dir or default_directory or Path("runs") / f"{args.model}-{task}-seed{config.train.seed}"
-    if (directory / "checkpoint.pt").exists():
+    if (directory / "checkpoint.pt").exists() or (directory / "final.json").exists():
         raise OptionError(f"{directory} already holds a run; continue it with --resume {directory}, or choose "
                           "another directory with --run-dir")
     return config, directory, argv

@@ -402,14 +402,57 @@ def test_a_resume_with_more_steps_trains_on_and_records_it(tmp_path):
     assert json.loads((directory / "final.json").read_text())["steps"] == 6
 
 
-def test_resuming_a_finished_run_keeps_its_final_record(tmp_path):
-    """Nothing is left to train: final.json keeps its metrics and the run's own speed and time
-    (not a rate of 0 tokens/s from a process that trained nothing)."""
+def files(directory):
+    """Every file's bytes in ``directory`` (a resume that changes nothing leaves these equal)."""
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir()) if path.is_file()}
+
+
+def test_resuming_a_finished_run_changes_nothing_and_says_so(tmp_path, capsys):
+    """Nothing is left to train: exit 0, every file's bytes as they were (best.pt and final.json
+    included), a line saying the run is finished, and no "steps 5–4"."""
     directory = short_run(tmp_path / "run")
-    before = json.loads((directory / "final.json").read_text())
-    assert before["tokens_per_second"] > 0
+    before = files(directory)
+    capsys.readouterr()
     assert train.main(["--resume", str(directory)]) == 0
-    assert json.loads((directory / "final.json").read_text()) == before
+    assert files(directory) == before
+    stderr = capsys.readouterr().err
+    assert stderr.startswith(f"{directory} finished at step 4 (final.json): nothing to train") and "–" not in stderr
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["finished", "unfinished"])
+def test_a_resume_without_a_checkpoint_is_refused_in_one_line_touching_nothing(tmp_path, finished):
+    """A deleted checkpoint (of a finished run asked for more steps, or of one that was still
+    training) cannot be continued: one line naming the directory and checkpoint.pt, every file as it was."""
+    directory = short_run(tmp_path / "run")
+    (directory / "checkpoint.pt").unlink()
+    if not finished:
+        (directory / "final.json").unlink()
+    before = files(directory)
+    line = refusal(["--resume", str(directory), *(["--steps", "6"] if finished else [])])
+    assert line.startswith(f"cannot resume {directory}: it has no checkpoint.pt to continue from"), line
+    assert files(directory) == before
+
+
+def test_a_finished_run_without_a_checkpoint_resumes_as_finished_and_is_not_trained_anew(tmp_path):
+    """No checkpoint, but final.json at its configured steps: a resume says it is finished; a new
+    run pointed at the directory is refused; the library's ``run`` asked for more steps refuses too."""
+    directory = short_run(tmp_path / "run")
+    (directory / "checkpoint.pt").unlink()
+    before = files(directory)
+    assert train.main(["--resume", str(directory)]) == 0
+    assert refusal([*ARGS[:-10], "--steps", "4", "--run-dir", str(directory)]).startswith(
+        f"{directory} already holds a run")
+    config = train.resume_config(directory, ["--steps", "6"])
+    with pytest.raises(ValueError, match=f"cannot continue {directory} to step 6: it holds a finished run without"):
+        train.run(config, directory)
+    assert files(directory) == before
+
+
+def test_a_finished_run_resumed_with_more_steps_continues_it(tmp_path):
+    directory = short_run(tmp_path / "run")
+    assert train.main(["--resume", str(directory), "--steps", "6"]) == 0
+    assert [m["step"] for m in metrics(directory)] == [2, 4, 6]
+    assert json.loads((directory / "final.json").read_text())["steps"] == 6
 
 
 def test_a_run_directory_in_use_is_refused(tmp_path):
