@@ -1,10 +1,12 @@
 """``make demo``: the O(n) group-state RNN against a parameter-matched LSTM on Penn Treebank characters.
 
-Trains the group RNN for most of the time budget (default 5 minutes in all, CPU), then the LSTM
-for the same number of steps on the same batches (it is several times faster), prints their
-validation bits per character side by side with parameter counts and tokens/s, writes the curves
-(``runs/demo/curves.png``) and a JSON summary, and runs the parity check for the trained group-RNN
-configuration.
+Times a few steps of the group RNN, gives it as many steps as fit in most of the time budget
+(default 5 minutes in all, CPU), then trains the LSTM for the same number of steps on the same
+batches (it is several times faster). Both are ordinary runs of ``experiments.train`` in
+``runs/demo/group_rnn`` and ``runs/demo/lstm`` (checkpoints, ``final.json``: ``--resume`` and
+``experiments.report runs/demo`` take them). Prints their validation bits per character side by side
+with parameter counts and tokens/s, writes the curves (``runs/demo/curves.png``) and a JSON summary,
+and runs the parity check for the trained group-RNN configuration.
 
     python -m experiments.demo [--minutes 5] [--n 16] [--seed 0]
 """
@@ -19,11 +21,13 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
+
 from experiments.analysis.plotting import plt
 from experiments.baselines import LSTMConfig
 from experiments.cli import CommandParser
-from experiments.params_budget import count_parameters, parameter_count, size_to_budget
-from experiments.train import Run, build_config
+from experiments.params_budget import parameter_count, size_to_budget
+from experiments.train import Run, build_config, run
 from parity_tests.harness import parity as group_rnn_parity
 from reference.config import GroupRNNConfig
 
@@ -44,22 +48,53 @@ def parse_args(argv=None):
     return args
 
 
-def train_for(name, config, args, minutes=None, steps=10**9):
-    """Train one model for ``minutes`` or ``steps``, whichever ends first; returns its summary."""
+EVAL_EVERY = 200
+TIMED_STEPS = 5  # timed after one untimed step, to size the group RNN's run to its minutes
+
+
+def demo_config(name, config, args, steps):
+    """The RunConfig of one demo run: ``config``'s model at ``steps`` steps of batch 32 × 64."""
     fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "vocab_size"}
-    options = {"dataset": "ptb_char", "steps": steps, "batch": 32, "length": 64, "lr": args.lr,
-               "schedule": "constant", "eval_every": 200, "eval_tokens": 40_000, "checkpoint_every": 10**9,
-               "seed": args.seed, **fields}
-    shutil.rmtree(args.out / name, ignore_errors=True)  # the demo starts from scratch every time
-    run = Run(args.out / name, build_config(name, "lm", options))
-    run.save_config(["--model", name, "--dataset", "ptb_char"])
-    untrained = run.evaluate("valid")["valid_bits"]
-    tokens_per_second = run.fit(deadline=None if minutes is None else time.perf_counter() + 60 * minutes)
-    metrics = run.directory / "metrics.jsonl"
-    curve = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
-    return {"model": name, "parameters": count_parameters(run.model), "steps": run.step,
-            "tokens_per_second": tokens_per_second, "valid_bpc_untrained": untrained,
-            "valid_bpc": run.evaluate("valid")["valid_bits"], "curve": curve, "config": dataclasses.asdict(config)}
+    return build_config(name, "lm", {"dataset": "ptb_char", "steps": steps, "batch": 32, "length": 64,
+                                     "lr": args.lr, "schedule": "constant", "eval_every": EVAL_EVERY,
+                                     "eval_tokens": 40_000, "checkpoint_every": EVAL_EVERY, "seed": args.seed,
+                                     **fields})
+
+
+def untrained_and_steps(config, directory, seconds=None):
+    """The untrained model's validation bits and, given ``seconds``, how many steps of ``config``
+    (evaluations and the final validation and test included) fit in them: timed on a copy of the
+    run built in memory (the same seed, so the same untrained model), nothing written."""
+    start = time.perf_counter()
+    probe = Run(directory, config)
+    evaluation = time.perf_counter()
+    untrained = probe.evaluate("valid")["valid_bits"]
+    if seconds is None:
+        return untrained, None
+    evaluation = time.perf_counter() - evaluation
+    rng = np.random.default_rng(config.train.seed)
+    for index in range(TIMED_STEPS + 1):
+        if index == 1:
+            timed = time.perf_counter()
+        probe.backward(*probe.task.train_batch(rng, config.train.batch, index))
+        probe.update()
+    step = (time.perf_counter() - timed) / TIMED_STEPS
+    left = seconds - (time.perf_counter() - start) - 2 * evaluation
+    return untrained, max(1, int(left / (step + evaluation / EVAL_EVERY)))
+
+
+def train_for(name, config, args, minutes=None, steps=None):
+    """Train one model as a run in ``args.out/name`` for ``steps``, or as many as fit in ``minutes``;
+    its summary."""
+    directory = args.out / name
+    shutil.rmtree(directory, ignore_errors=True)  # the demo starts from scratch every time
+    untrained, fitting = untrained_and_steps(demo_config(name, config, args, 1), directory,
+                                             None if minutes is None else 60 * minutes)
+    final = run(demo_config(name, config, args, steps or fitting), directory)
+    curve = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+    return {"model": name, "parameters": final["parameters"], "steps": final["steps"],
+            "tokens_per_second": final["tokens_per_second"], "valid_bpc_untrained": untrained,
+            "valid_bpc": final["valid_bits"], "curve": curve, "config": dataclasses.asdict(config)}
 
 
 def plot(results, path):
