@@ -1,10 +1,11 @@
-"""Report a sweep: ``python -m experiments.report DIR``.
+"""Report a sweep or one run: ``python -m experiments.report DIR``.
 
-Reads each finished run under DIR (a directory holding ``final.json``) with its ``config.json``; runs
-whose configs differ only in the seed form an arm (labelled by a run's name without its
-``-seed<k>`` suffix). The runs' task chooses the report: ``lm_report`` for language modelling,
-``experiments.analysis.recall.report`` for noisy recall, ``metrics_report`` for any other task. Each
-writes ``report.md`` and its plots into DIR.
+Reads each finished run under DIR (a directory holding ``final.json``; DIR itself when it is one) with
+its ``config.json``; runs whose configs differ only in the seed form an arm (labelled by a run's name
+without its ``-seed<k>`` suffix), one run per seed: a second run of the same configuration and seed
+(a copy, a duplicate) is named as such and left out of the arm's interval. The runs' task chooses the
+report: ``lm_report`` for language modelling, ``experiments.analysis.recall.report`` for noisy
+recall, ``metrics_report`` for any other task. Each writes ``report.md`` and its plots into DIR.
 """
 
 from __future__ import annotations
@@ -24,17 +25,20 @@ from experiments.tuning import DIVERGED
 
 
 def finished_runs(directory):
-    """Every finished run under ``directory``: its name, config.json, final.json and metrics.jsonl."""
+    """Every finished run under ``directory`` (or ``directory`` itself, if it is one): its name,
+    config.json, final.json, metrics.jsonl and whether it was resumed (it has ``resumes.jsonl``)."""
+    directory = Path(directory)
+    finals = [directory / "final.json"] if (directory / "final.json").exists() else sorted(directory.glob("*/final.json"))
     runs = []
-    for final in sorted(Path(directory).glob("*/final.json")):
+    for final in finals:
         run_dir = final.parent
         metrics = run_dir / "metrics.jsonl"
         runs.append({"name": run_dir.name, "config": json.loads((run_dir / "config.json").read_text()),
-                     "final": json.loads(final.read_text()),
+                     "final": json.loads(final.read_text()), "resumed": (run_dir / "resumes.jsonl").exists(),
                      "metrics": [json.loads(line) for line in metrics.read_text().splitlines()]
                      if metrics.exists() else []})
     if not runs:
-        raise ValueError(f"no finished runs (*/final.json) under {directory}")
+        raise ValueError(f"no finished runs under {directory}: neither {directory / 'final.json'} nor */final.json")
     return runs
 
 
@@ -52,11 +56,31 @@ def without_seed(config):
 
 
 def load_runs(directory):
-    """``{arm: [run]}``: runs grouped by their config without the seed, labelled by ``arm_of`` the first name."""
-    groups = defaultdict(list)
+    """``{arm: [run]}``: runs grouped by their config without the seed, labelled by ``arm_of`` the first
+    name, one run per seed (the first by name); each run's ``duplicates`` names the others of its seed."""
+    groups = defaultdict(dict)
     for run in finished_runs(directory):
-        groups[without_seed(run["config"])].append(run)
-    return {arm_of(runs[0]["name"]): runs for runs in groups.values()}
+        seeds = groups[without_seed(run["config"])]
+        seed = run["config"]["train"]["seed"]
+        if seed in seeds:
+            seeds[seed]["duplicates"].append(run["name"])
+        else:
+            seeds[seed] = {**run, "duplicates": []}
+    return {arm_of(next(iter(runs.values()))["name"]): list(runs.values()) for runs in groups.values()}
+
+
+def runs_cell(runs):
+    """The table's count of an arm's runs (one per seed), with how many were resumed."""
+    resumed = sum(run.get("resumed", False) for run in runs)
+    return f"{len(runs)}" + (f" ({resumed} resumed)" if resumed else "")
+
+
+def duplicates_note(arms):
+    """A line naming the runs left out as duplicates of another of their seed, or ``""``."""
+    left_out = [f"{', '.join(run['duplicates'])} (seed {run['config']['train']['seed']} of {run['name']})"
+                for runs in arms.values() for run in runs if run.get("duplicates")]
+    return f"\nLeft out as duplicates (the configuration and seed of a run above): {'; '.join(left_out)}.\n" \
+        if left_out else ""
 
 
 NOT_CONVERGED = "†"
@@ -94,13 +118,14 @@ def table(arms, speed=None):
         rates = learning_rates(runs)
         tokens_per_second = (speed or {}).get(arm, np.mean([r["final"]["tokens_per_second"] for r in runs]))
         seconds = np.mean([r["final"].get("train_seconds", np.nan) for r in runs])
-        lines.append(f"| {arm} | {len(runs)} | {', '.join(f'{p:,}' for p in parameters)} | "
+        lines.append(f"| {arm} | {runs_cell(runs)} | {', '.join(f'{p:,}' for p in parameters)} | "
                      f"{', '.join(f'{r:g}' for r in rates)} | {best_steps(runs)} | {interval} | {carried} | "
                      f"{tokens_per_second:,.0f} | {seconds:,.0f} |")
     lines.append(f"\nBest step: the evaluation with the lowest validation bits, whose model is tested; "
                  f"{NOT_CONVERGED} marks a run whose best step is its last evaluation (not converged). Tokens/s: "
-                 + ("training alone on one thread (speed.json)" if speed else "the runs' own, beside other runs") + ".")
-    return "\n".join(lines) + "\n"
+                 + ("training alone on one thread (speed.json)" if speed else "the runs' own, beside other runs")
+                 + "; a resumed run's train time sums every part of it.")
+    return "\n".join(lines) + "\n" + duplicates_note(arms)
 
 
 def stability_cell(choice):
@@ -273,8 +298,8 @@ def metrics_table(arms):
     lines = ["| arm | runs | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
     for arm, runs in arms.items():
         cells = [format_interval([float(r["final"].get(k, np.nan)) for r in runs]) for k in keys]
-        lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        lines.append(f"| {arm} | {runs_cell(runs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n" + duplicates_note(arms)
 
 
 def metrics_report(directory):
@@ -293,7 +318,7 @@ REPORTS = {"lm": lm_report, "recall": recall_report.report}  # other tasks: metr
 
 def main(argv=None):
     parser = CommandParser("experiments.report", __doc__)
-    parser.add_argument("directory", type=Path, help="the sweep's directory (its --out)")
+    parser.add_argument("directory", type=Path, help="the sweep's directory (its --out), or one run's")
     args = parser.parse_args(argv)
     with parser.refusals():
         finished_runs(args.directory)

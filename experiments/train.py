@@ -671,7 +671,7 @@ class Run:
             np.random.default_rng(self.train.seed + DIAGNOSTIC_SEED_OFFSET), DIAGNOSTIC_BATCH, 0)
         self.step = 0
         self.best = None  # {"step", "score", "model"}: the evaluation with the lowest selection score so far
-        self.train_seconds = 0.0  # wall time spent in fit, this process
+        self.train_seconds = 0.0  # wall time spent in fit, every part of a resumed run included
         self.stopped = None  # why training ended before train.steps (a non-finite loss), if it did
 
     @property
@@ -691,7 +691,8 @@ class Run:
         atomic_save({"step": self.step, "config": json.dumps(self.config.to_json()), "model": self.model.state_dict(),
                      "optimizers": self.optimizers.state_dict(),
                      "numpy_rng": json.dumps(self.rng.bit_generator.state),
-                     "torch_rng": torch.get_rng_state(), **({"best": self.best} if self.best else {})},
+                     "torch_rng": torch.get_rng_state(), "train_seconds": self.train_seconds,
+                     **({"best": self.best} if self.best else {})},
                     self.checkpoint_path)
 
     def load_checkpoint(self, state=None):
@@ -702,6 +703,7 @@ class Run:
         self.rng.bit_generator.state = json.loads(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"].cpu())
         self.step = state["step"]
+        self.train_seconds = state.get("train_seconds", 0.0)  # absent from checkpoints written before it
         self.best = state.get("best")
         self._truncate_metrics()
         if self.best is not None:  # best.pt may hold an evaluation after the checkpoint
@@ -807,7 +809,7 @@ class Run:
     def fit(self, deadline=None):
         """Train to ``train.steps`` (or until ``time.perf_counter()`` passes ``deadline``); tokens/s."""
         train = self.train
-        start, tokens = time.perf_counter(), 0
+        start, tokens, seconds_before = time.perf_counter(), 0, self.train_seconds
         progress = Progress(self.directory.name, train.steps if deadline is None else None, self.step,
                             selection_key=self.task.selection_key)
         progress.start(self.description())
@@ -827,6 +829,7 @@ class Run:
             self.step += 1
             tokens += inputs.numel()
             elapsed = time.perf_counter() - start
+            self.train_seconds = seconds_before + elapsed  # what a checkpoint now records
             rate = tokens / elapsed
             progress.step(self.step, self.task.train_metrics(value), rate, elapsed)
             if evaluating:
@@ -838,7 +841,7 @@ class Run:
             if self.step % train.checkpoint_every == 0 or self.step == train.steps:
                 self.save_checkpoint()
         progress.close()
-        self.train_seconds += time.perf_counter() - start
+        self.train_seconds = seconds_before + time.perf_counter() - start
         return tokens / max(time.perf_counter() - start, 1e-9)
 
     def finish(self, tokens_per_second):

@@ -490,3 +490,49 @@ def test_a_v2_group_rnn_the_sizer_leaves_a_narrow_embedding_takes_the_next_small
     unchanged = lm_arms.arms(50, charlm_v2.BUDGET, study=charlm_v2.templates, free=charlm_v2.FREE)
     assert {arm: sized for arm, sized in charlm_v2.arms(50).items() if arm != "rnn-U"} == \
         {arm: sized for arm, sized in unchanged.items() if arm != "rnn-U"}
+
+
+def _tiny_lstm_run(directory, seed=0, steps=4):
+    from experiments import train
+
+    assert train.main(["--model", "lstm", "--dataset", "ptb_char", "--hidden-size", "4", "--steps", str(steps),
+                       "--batch", "2", "--length", "8", "--eval-every", "2", "--checkpoint-every", "2",
+                       "--eval-tokens", "50", "--seed", str(seed), "--run-dir", str(directory)]) == 0
+    return directory
+
+
+def test_the_report_takes_one_run_directory(tmp_path):
+    run = _tiny_lstm_run(tmp_path / "lstm-seed0")
+    markdown = report(run)
+    assert markdown.startswith("# Report: lstm-seed0") and "| lstm | 1 |" in markdown
+    assert (run / "report.md").read_text() == markdown
+
+
+def test_a_run_with_the_seed_and_configuration_of_another_is_a_duplicate_not_a_second_seed(tmp_path):
+    import shutil
+
+    sweep = tmp_path / "sweep"
+    _tiny_lstm_run(sweep / "lstm-seed0")
+    shutil.copytree(sweep / "lstm-seed0", sweep / "lstm-seed0-copy")
+    markdown = report(sweep)
+    assert "| lstm | 1 |" in markdown
+    assert "Left out as duplicates (the configuration and seed of a run above): lstm-seed0-copy (seed 0 of lstm-seed0)" \
+        in markdown
+    _tiny_lstm_run(sweep / "lstm-seed1", seed=1)
+    assert "| lstm | 2 |" in report(sweep)
+
+
+def test_a_resumed_runs_train_time_sums_its_parts_and_the_report_says_it_was_resumed(tmp_path):
+    """The checkpoint carries the seconds trained so far; the resumed part adds its own to them."""
+    import torch
+
+    from experiments import train
+
+    run = _tiny_lstm_run(tmp_path / "sweep" / "lstm-seed0")
+    checkpoint = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert 0 < checkpoint["train_seconds"] <= json.loads((run / "final.json").read_text())["train_seconds"]
+    checkpoint["train_seconds"] = 1000.0  # as if the first part had taken 1000 s
+    torch.save(checkpoint, run / "checkpoint.pt")
+    assert train.main(["--resume", str(run), "--steps", "6"]) == 0
+    assert json.loads((run / "final.json").read_text())["train_seconds"] > 1000.0
+    assert "| lstm | 1 (1 resumed) |" in report(tmp_path / "sweep")
