@@ -1,112 +1,126 @@
 """Parity check CLI: one configuration of a model in torch against the NumPy reference, outputs
 and gradients, within the tolerances of parity_tests/tolerances.py.
 
-    python -m parity_tests.check --model group_rnn --group G --n N --seed S
-    python -m parity_tests.check --model group_transformer --attention algebra|similarity --layers L
-        --heads h --mixing none|scalar|lowrank [--mixing-rank r] --group G --n N --seed S
-    python -m parity_tests.check --model mlstm --read plain|ns|polar [--ns-steps k] [--vocab V] [--length L]
+    python -m parity_tests.check --model group_rnn --group G --n N --seed S [--update-bound 0.5 ...]
+    python -m parity_tests.check --model group_transformer --attention similarity --num-layers 2 --group U --n 4
+    python -m parity_tests.check --model mlstm --read ns --ns-steps 3 [--vocab-size 96] [--length 5]
+    python -m parity_tests.check --config runs/my-run/config.json [--dtype float32]   # a run's own model
 
+Every field of the model's config is an option (generated from the dataclass, as in
+``experiments.train``; ``--model M --help`` lists them), at the config's default, but for
+``--vocab-size`` (13, or 80 for the mLSTM). ``--config`` takes a run's ``config.json`` (or its
+directory): its model and every field of it; options given beside it override those fields.
 Prints one JSON object (max errors per quantity, tolerances, ``"pass": true|false``) and exits
-with status 1 when the check fails (2 on an invalid configuration).
+with status 1 when the check fails, 2 on an invalid command line or configuration (a JSON object
+with its ``error``).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import warnings
+from pathlib import Path
 
-from experiments.cli import CommandParser
-from reference.config import (
-    ATTENTIONS, GROUP_NAMES, MIXINGS, MLSTM_READS, NS_COEFFICIENTS, READOUTS, GroupRNNConfig, GroupTransformerConfig,
-    MLSTMConfig,
-)
+from experiments.cli import OptionError, OptionParser, add_config_options
+from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
-MODELS = ("group_rnn", "group_transformer", "mlstm")
-# Options of one model only (default None), refused for the others.
-TRANSFORMER_OPTIONS = ("attention", "layers", "heads", "feedforward", "feedforward_dim")
-RNN_OPTIONS = ("embedding_dim", "recurrent", "reproject_every")
+MODELS = {"group_rnn": GroupRNNConfig, "group_transformer": GroupTransformerConfig, "mlstm": MLSTMConfig}
+VOCAB_SIZES = {"group_rnn": 13, "group_transformer": 13, "mlstm": 80}  # the check's own default vocabulary
+RUN_OPTIONS = ("model", "config", "seed", "dtype", "batch", "length", "device")
 
 
-def build_parser():
-    parser = CommandParser("parity_tests.check", __doc__)
-    parser.add_argument("--model", choices=MODELS, default="group_rnn", help="the model to check")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the parameters and the inputs")
-    parser.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="the torch model's precision")
-    parser.add_argument("--batch", type=int, default=2, help="sequences of the input batch")
-    parser.add_argument("--length", type=int, default=8, help="tokens per sequence")
-    parser.add_argument("--vocab", type=int, default=None,
-                        help="vocabulary (default 13 for group_rnn and group_transformer, 80 for mlstm)")
-    parser.add_argument("--device", default="cpu", help="the torch model's device")
-    both = parser.add_argument_group("group_rnn and group_transformer")
-    both.add_argument("--group", choices=GROUP_NAMES, help="the state's group (required)")
-    both.add_argument("--n", type=int, help="the state is n×n (required)")
-    both.add_argument("--block", type=int, default=None, help="block size of BO (default 2)")
-    both.add_argument("--readout", choices=READOUTS, default="linear", help="the readout")
-    both.add_argument("--mixing", choices=MIXINGS, default="none", help="tangent-space mixing of the updates")
-    both.add_argument("--mixing-rank", type=int, default=None, help="the rank of lowrank mixing")
-    rnn = parser.add_argument_group("group_rnn only")
-    rnn.add_argument("--embedding-dim", type=int, default=None, help="the embedding width (default 16)")
-    rnn.add_argument("--recurrent", action=argparse.BooleanOptionalAction, default=None, help="the recurrent term U(H) of the update (default on)")
-    rnn.add_argument("--reproject-every", type=int, default=None, help="re-project the state every k steps")
-    transformer = parser.add_argument_group("group_transformer only")
-    transformer.add_argument("--attention", choices=ATTENTIONS, default=None, help="the attention (default algebra)")
-    transformer.add_argument("--layers", type=int, default=None, help="layers (default 2)")
-    transformer.add_argument("--heads", type=int, default=None, help="attention heads (default 4)")
-    transformer.add_argument("--feedforward", action=argparse.BooleanOptionalAction, default=None,
-                             help="feed-forward sublayers (default on)")
-    transformer.add_argument("--feedforward-dim", type=int, default=None, help="the feed-forward width (default 4·dim g)")
-    mlstm = parser.add_argument_group("mlstm")
-    mlstm.add_argument("--read", choices=MLSTM_READS, default="plain", help="the memory's read")
-    mlstm.add_argument("--ns-steps", type=int, default=5, help="Newton–Schulz iterations of the ns read")
-    mlstm.add_argument("--ns-coeffs", choices=tuple(NS_COEFFICIENTS), default="cubic", help="Newton–Schulz coefficients")
+def build_parser(model="group_rnn", options=True):
+    """The check's own options and, unless ``options`` is false, every field of ``model``'s config."""
+    parser = OptionParser(prog="python -m parity_tests.check", description=__doc__.split("\n\n")[0],
+                          add_help=options, epilog=f"Each model has the options of its config: --model M --help "
+                                                   f"lists them (M one of {', '.join(MODELS)}).")
+    check = parser.add_argument_group("the check")
+    check.add_argument("--model", choices=tuple(MODELS), default=None,
+                       help="the model to check (default: --config's, else group_rnn)")
+    check.add_argument("--config", type=Path, default=None,
+                       help="a run's config.json, or its directory: check the model it trains")
+    check.add_argument("--seed", type=int, default=0, help="seeds the parameters and the inputs (default 0)")
+    check.add_argument("--dtype", choices=["float32", "float64"], default="float64",
+                       help="the torch model's precision (default float64)")
+    check.add_argument("--batch", type=int, default=2, help="sequences of the input batch (default 2)")
+    check.add_argument("--length", type=int, default=8, help="tokens per sequence (default 8)")
+    check.add_argument("--device", default="cpu", help="the torch model's device (default cpu)")
+    check.add_argument("--vocab-size", type=int, default=None,
+                       help="the vocabulary (default: --config's, else 13; 80 for mlstm)")
+    if options:
+        config_class = MODELS[model]
+        add_config_options(parser, config_class, f"model {model} ({config_class.__name__})", excluded=("vocab_size",))
     return parser
 
 
-def build_config(args):
-    """The model config the arguments describe; raises ValueError/TypeError on invalid ones."""
-    if args.batch < 1 or args.length < 1:
-        raise ValueError(f"batch and length must be positive, got {args.batch} and {args.length}")
-    if args.model == "mlstm":
-        return MLSTMConfig(vocab_size=80 if args.vocab is None else args.vocab, read=args.read,
-                           ns_steps=args.ns_steps, ns_coeffs=args.ns_coeffs)
-    own = TRANSFORMER_OPTIONS if args.model == "group_transformer" else RNN_OPTIONS
-    foreign = [name for name in TRANSFORMER_OPTIONS + RNN_OPTIONS
-               if name not in own and getattr(args, name) is not None]
-    if foreign:
-        flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
-        raise ValueError(f"not options of --model {args.model}: {flags}")
-    if args.group is None or args.n is None:
-        raise ValueError(f"--model {args.model} needs --group and --n")
-    vocab_size = 13 if args.vocab is None else args.vocab
-    if args.model == "group_transformer":
-        given = {field: getattr(args, option) for field, option in (
-            ("num_layers", "layers"), ("num_heads", "heads"), ("attention", "attention"),
-            ("feedforward", "feedforward")) if getattr(args, option) is not None}  # else the config's defaults
-        return GroupTransformerConfig(
-            vocab_size=vocab_size, group=args.group, n=args.n, block=args.block, **given,
-            feedforward_dim=args.feedforward_dim, readout=args.readout, mixing=args.mixing,
-            mixing_rank=args.mixing_rank)
-    return GroupRNNConfig(
-        vocab_size=vocab_size, group=args.group, n=args.n, block=args.block,
-        embedding_dim=16 if args.embedding_dim is None else args.embedding_dim, readout=args.readout,
-        recurrent=True if args.recurrent is None else args.recurrent, reproject_every=args.reproject_every,
-        mixing=args.mixing, mixing_rank=args.mixing_rank)
+def saved_model(path):
+    """``(model, {field: value})`` of the run whose ``config.json`` is ``path`` (or is in it)."""
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    try:
+        record = json.loads(path.read_text())
+        model, fields = record["train"]["model"], record["model"]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"--config {path}: not a run's config.json ({error})") from None
+    if model not in MODELS:
+        raise ValueError(f"--config {path}: its model {model!r} has no reference twin to check against "
+                         f"(parity_tests.check takes {', '.join(MODELS)})")
+    return model, fields
+
+
+def foreign_options(argv, model):
+    """``"; --x is an option of --model M"`` for each option of ``argv`` that another model's config has."""
+    own = {field.name for field in dataclasses.fields(MODELS[model])}
+    notes = []
+    for option in dict.fromkeys(word.split("=")[0] for word in argv if word.startswith("--")):
+        name = option[2:].replace("-", "_").removeprefix("no_")
+        owners = [other for other, config_class in MODELS.items()
+                  if name not in own and name in {field.name for field in dataclasses.fields(config_class)}]
+        if owners:
+            notes.append(f"{option} is an option of --model {' and '.join(owners)}, not of {model}")
+    return "".join(f"; {note}" for note in notes)
+
+
+def configure(argv):
+    """``(model config, check options)`` of a command line; ``--help`` exits here.
+
+    Raises:
+        ValueError: an unknown option or value (``OptionError``), a ``--config`` that is not a run's of
+            a model with a reference twin, or a configuration its dataclass refuses.
+    """
+    args, _ = build_parser(options=False).parse_known_args(argv)
+    model, fields = args.model, {}
+    if args.config is not None:
+        model, fields = saved_model(args.config)
+        if args.model not in (None, model):
+            raise ValueError(f"--model {args.model}, but the run of --config {args.config} trains {model}")
+    model = model or "group_rnn"
+    try:
+        namespace = vars(build_parser(model).parse_args(argv))
+    except OptionError as error:
+        raise OptionError(f"{error}{foreign_options(argv, model)}") from None
+    if namespace["batch"] < 1 or namespace["length"] < 1:
+        raise ValueError(f"batch and length must be positive, got {namespace['batch']} and {namespace['length']}")
+    given = {name: value for name, value in namespace.items() if name not in RUN_OPTIONS}
+    if given["vocab_size"] is None:  # not given: the run's, else the check's own default
+        given["vocab_size"] = fields.get("vocab_size", VOCAB_SIZES[model])
+    config = MODELS[model](**{**fields, **given})
+    return config, {name: namespace[name] for name in ("seed", "dtype", "batch", "length", "device")}
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
     try:
-        config = build_config(args)
-    except (TypeError, ValueError) as error:
-        print(json.dumps({"error": str(error), "pass": False}))
+        config, options = configure(sys.argv[1:] if argv is None else argv)
+    except (TypeError, ValueError) as error:  # OptionError included
+        print(json.dumps({"error": " ".join(str(error).split()), "pass": False}))
         return 2
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.jit.script.*is deprecated")
         from parity_tests import harness
-    report = harness.parity(config, seed=args.seed, dtype=args.dtype, batch=args.batch, length=args.length,
-                            device=args.device)
+    report = harness.parity(config, **options)
     print(json.dumps(report, indent=2))
     return 0 if report["pass"] else 1
 

@@ -109,7 +109,7 @@ def test_group_transformer_parity_variants(group, attention, variant):
 def test_cli_prints_one_json_object_and_passes():
     result = subprocess.run(
         [sys.executable, "-m", "parity_tests.check", "--model", "group_transformer", "--attention", "similarity",
-         "--layers", "2", "--heads", "3", "--mixing", "lowrank", "--mixing-rank", "2", "--group", "U", "--n", "2",
+         "--num-layers", "2", "--num-heads", "3", "--mixing", "lowrank", "--mixing-rank", "2", "--group", "U", "--n", "2",
          "--seed", "4", "--dtype", "float32", "--length", "5"],
         capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -122,8 +122,9 @@ def test_cli_prints_one_json_object_and_passes():
 
 
 CLI_REFUSALS = {
-    "rnn-option": (["--embedding-dim", "4"], "not options of --model group_transformer: --embedding-dim"),
-    "zero-heads": (["--heads", "0"], "num_heads must be at least 1"),
+    "rnn-option": (["--embedding-dim", "4"], "--embedding-dim is an option of --model group_rnn and mlstm, not of "
+                                             "group_transformer"),
+    "zero-heads": (["--num-heads", "0"], "num_heads must be at least 1"),
     "no-rank": (["--mixing", "lowrank"], "needs mixing_rank"),
     "zero-dim-algebra": (["--n", "1"], "0-dimensional"),
 }
@@ -140,8 +141,9 @@ def test_cli_refuses_invalid_transformer_configs(case, capsys):
 
 
 def test_cli_refuses_transformer_options_for_the_rnn(capsys):
-    assert check.main(["--model", "group_rnn", "--group", "O", "--n", "3", "--heads", "2"]) == 2
-    assert "--heads" in json.loads(capsys.readouterr().out)["error"]
+    assert check.main(["--model", "group_rnn", "--group", "O", "--n", "3", "--num-layers", "2"]) == 2
+    assert "--num-layers is an option of --model group_transformer, not of group_rnn" in \
+        json.loads(capsys.readouterr().out)["error"]
 
 
 # --- closed forms --------------------------------------------------------------------------------

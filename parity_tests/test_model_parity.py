@@ -119,7 +119,7 @@ def test_cli_exit_codes(monkeypatch, capsys):
 
 
 def test_cli_runs_the_mlstm_parity(capsys):
-    assert check.main(["--model", "mlstm", "--read", "ns", "--ns-steps", "3", "--vocab", "96", "--length", "5",
+    assert check.main(["--model", "mlstm", "--read", "ns", "--ns-steps", "3", "--vocab-size", "96", "--length", "5",
                        "--dtype", "float32"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["pass"] is True and report["model"] == "mlstm" and report["config"]["ns_steps"] == 3
@@ -138,3 +138,53 @@ def test_prefix_products_scan_equals_the_running_product(length):
         running = factors[:, 0] if t == 0 else running @ factors[:, t]
         expected.append(running)
     torch.testing.assert_close(_prefix_products(group, factors), torch.stack(expected, dim=1), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("model", list(check.MODELS))
+def test_every_field_of_a_models_config_is_an_option_of_the_check(model):
+    import dataclasses
+
+    parser = check.build_parser(model)
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    assert {"--" + field.name.replace("_", "-") for field in dataclasses.fields(check.MODELS[model])} <= flags
+
+
+def test_the_check_checks_the_options_one_trains_with(capsys):
+    argv = ["--group", "O", "--n", "3", "--embedding-dim", "4", "--update-bound", "0.5", "--truncate-every", "3",
+            "--keep-state-every", "2", "--input-init", "spread", "--length", "6"]
+    config, _ = check.configure(argv)
+    assert (config.update_bound, config.truncate_every, config.keep_state_every, config.input_init,
+            config.embedding_dim) == (0.5, 3, 2, "spread", 4)
+    assert check.configure(["--recurrence", "loop", "--no-recurrent"])[0].recurrence == "loop"
+    assert check.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["pass"] is True and report["config"]["update_bound"] == 0.5
+
+
+def test_the_check_takes_a_runs_config_and_checks_its_model(tmp_path, capsys):
+    from experiments import train
+
+    run = tmp_path / "run"
+    assert train.main(["--model", "group_rnn", "--dataset", "ptb_char", "--group", "SO", "--n", "3",
+                       "--embedding-dim", "4", "--truncate-every", "4", "--update-bound", "0.7", "--steps", "1",
+                       "--batch", "1", "--length", "8", "--eval-tokens", "20", "--run-dir", str(run)]) == 0
+    saved = json.loads((run / "config.json").read_text())["model"]
+    capsys.readouterr()
+    for given in (run / "config.json", run):
+        assert check.main(["--config", str(given), "--length", "5"]) == 0
+        assert json.loads(capsys.readouterr().out)["config"] == saved
+    config, _ = check.configure(["--config", str(run), "--update-bound", "0.3"])  # an option overrides the run's
+    assert config.update_bound == 0.3 and config.vocab_size == saved["vocab_size"]
+
+
+def test_the_check_refuses_a_config_of_a_model_without_a_reference_twin_or_a_missing_one(tmp_path, capsys):
+    from experiments import train
+
+    run = tmp_path / "lstm"
+    assert train.main(["--model", "lstm", "--dataset", "ptb_char", "--hidden-size", "4", "--steps", "1",
+                       "--batch", "1", "--length", "8", "--eval-tokens", "20", "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert check.main(["--config", str(run)]) == 2
+    assert "its model 'lstm' has no reference twin" in json.loads(capsys.readouterr().out)["error"]
+    assert check.main(["--config", str(tmp_path / "absent.json")]) == 2
+    assert "no such file" in json.loads(capsys.readouterr().out)["error"]
