@@ -11,8 +11,8 @@ Every field of the model's config is an option (generated from the dataclass, as
 ``--vocab-size`` (13, or 80 for the mLSTM). ``--config`` takes a run's ``config.json`` (or its
 directory): its model and every field of it; options given beside it override those fields.
 Prints one JSON object (max errors per quantity, tolerances, ``"pass": true|false``) and exits
-with status 1 when the check fails, 2 on an invalid command line or configuration (a JSON object
-with its ``error``).
+with status 1 when the check fails; 2 on an invalid configuration (a JSON object with its
+``error``) or command line (argparse's one line on stderr).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from experiments.cli import OptionError, OptionParser, add_config_options
+from experiments.cli import OptionError, OptionParser, add_config_options, refuse
 from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
 MODELS = {"group_rnn": GroupRNNConfig, "group_transformer": GroupTransformerConfig, "mlstm": MLSTMConfig}
@@ -59,14 +59,14 @@ def saved_model(path):
     """``(model, {field: value})`` of the run whose ``config.json`` is ``path`` (or is in it)."""
     path = path / "config.json" if path.is_dir() else path
     if not path.is_file():
-        raise ValueError(f"--config {path}: no such file")
+        raise OptionError(f"--config {path}: no such file")
     try:
         record = json.loads(path.read_text())
         model, fields = record["train"]["model"], record["model"]
     except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise ValueError(f"--config {path}: not a run's config.json ({error})") from None
+        raise OptionError(f"--config {path}: not a run's config.json ({error})") from None
     if model not in MODELS:
-        raise ValueError(f"--config {path}: its model {model!r} has no reference twin to check against "
+        raise OptionError(f"--config {path}: its model {model!r} has no reference twin to check against "
                          f"(parity_tests.check takes {', '.join(MODELS)})")
     return model, fields
 
@@ -88,22 +88,23 @@ def configure(argv):
     """``(model config, check options)`` of a command line; ``--help`` exits here.
 
     Raises:
-        ValueError: an unknown option or value (``OptionError``), a ``--config`` that is not a run's of
-            a model with a reference twin, or a configuration its dataclass refuses.
+        OptionError: an unknown option or value, a ``--config`` that is not a run's of a model with a
+            reference twin.
+        ValueError, TypeError: a configuration its dataclass refuses.
     """
     args, _ = build_parser(options=False).parse_known_args(argv)
     model, fields = args.model, {}
     if args.config is not None:
         model, fields = saved_model(args.config)
         if args.model not in (None, model):
-            raise ValueError(f"--model {args.model}, but the run of --config {args.config} trains {model}")
+            raise OptionError(f"--model {args.model}, but the run of --config {args.config} trains {model}")
     model = model or "group_rnn"
     try:
         namespace = vars(build_parser(model).parse_args(argv))
     except OptionError as error:
         raise OptionError(f"{error}{foreign_options(argv, model)}") from None
     if namespace["batch"] < 1 or namespace["length"] < 1:
-        raise ValueError(f"batch and length must be positive, got {namespace['batch']} and {namespace['length']}")
+        raise OptionError(f"--batch and --length must be positive, got {namespace['batch']} and {namespace['length']}")
     given = {name: value for name, value in namespace.items() if name not in RUN_OPTIONS}
     if given["vocab_size"] is None:  # not given: the run's, else the check's own default
         given["vocab_size"] = fields.get("vocab_size", VOCAB_SIZES[model])
@@ -114,7 +115,9 @@ def configure(argv):
 def main(argv=None):
     try:
         config, options = configure(sys.argv[1:] if argv is None else argv)
-    except (TypeError, ValueError) as error:  # OptionError included
+    except OptionError as error:
+        refuse(build_parser(options=False), error)
+    except (TypeError, ValueError) as error:
         print(json.dumps({"error": " ".join(str(error).split()), "pass": False}))
         return 2
     with warnings.catch_warnings():

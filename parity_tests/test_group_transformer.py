@@ -122,8 +122,6 @@ def test_cli_prints_one_json_object_and_passes():
 
 
 CLI_REFUSALS = {
-    "rnn-option": (["--embedding-dim", "4"], "--embedding-dim is an option of --model group_rnn and mlstm, not of "
-                                             "group_transformer"),
     "zero-heads": (["--num-heads", "0"], "num_heads must be at least 1"),
     "no-rank": (["--mixing", "lowrank"], "needs mixing_rank"),
     "zero-dim-algebra": (["--n", "1"], "0-dimensional"),
@@ -140,10 +138,15 @@ def test_cli_refuses_invalid_transformer_configs(case, capsys):
     assert message in json.loads(capsys.readouterr().out)["error"]
 
 
-def test_cli_refuses_transformer_options_for_the_rnn(capsys):
-    assert check.main(["--model", "group_rnn", "--group", "O", "--n", "3", "--num-layers", "2"]) == 2
-    assert "--num-layers is an option of --model group_transformer, not of group_rnn" in \
-        json.loads(capsys.readouterr().out)["error"]
+@pytest.mark.parametrize("model, option, message", [
+    ("group_rnn", "--num-layers", "--num-layers is an option of --model group_transformer, not of group_rnn"),
+    ("group_transformer", "--embedding-dim", "--embedding-dim is an option of --model group_rnn and mlstm, not of "
+                                             "group_transformer")], ids=["transformer-option", "rnn-option"])
+def test_cli_refuses_another_models_options_in_one_line_naming_their_model(model, option, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        check.main(["--model", model, "--group", "O", "--n", "3", option, "2"])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 # --- closed forms --------------------------------------------------------------------------------

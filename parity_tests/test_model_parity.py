@@ -184,7 +184,7 @@ def test_the_check_refuses_a_config_of_a_model_without_a_reference_twin_or_a_mis
     assert train.main(["--model", "lstm", "--dataset", "ptb_char", "--hidden-size", "4", "--steps", "1",
                        "--batch", "1", "--length", "8", "--eval-tokens", "20", "--run-dir", str(run)]) == 0
     capsys.readouterr()
-    assert check.main(["--config", str(run)]) == 2
-    assert "its model 'lstm' has no reference twin" in json.loads(capsys.readouterr().out)["error"]
-    assert check.main(["--config", str(tmp_path / "absent.json")]) == 2
-    assert "no such file" in json.loads(capsys.readouterr().out)["error"]
+    for config, message in [(run, "its model 'lstm' has no reference twin"), (tmp_path / "absent.json", "no such file")]:
+        with pytest.raises(SystemExit) as stop:
+            check.main(["--config", str(config)])
+        assert stop.value.code == 2 and message in capsys.readouterr().err
