@@ -493,13 +493,15 @@ def learning_rate_factor(train, step):
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def compact_group_parameters(model):
+    """The parameters of ``model`` that live on a compact group (the ones that can drift off it)."""
+    return [p for p in model.parameters() if isinstance(p, geoopt.ManifoldParameter) and p.manifold.group.is_compact]
+
+
 def group_drift(model):
     """Largest |xᴴx − I| over the compact-group-valued parameters (0 when there are none)."""
-    drift = 0.0
-    for p in model.parameters():
-        if isinstance(p, geoopt.ManifoldParameter) and p.manifold.group.is_compact:
-            drift = max(drift, p.manifold.group.distance(p.detach()).max().item())
-    return drift
+    return max((p.manifold.group.distance(p.detach()).max().item() for p in compact_group_parameters(model)),
+               default=0.0)
 
 
 def atomic_write_bytes(data, path):
@@ -605,11 +607,12 @@ class Progress:
     """Training progress on ``stream``: a tqdm bar on a terminal (the training metrics and the last
     validation score beside it), otherwise one plain line per evaluation. Either way a first line says
     what runs (``start``), and a second, after the first step, how long the rest should take.
+    ``drift``: show the group drift (false for a model without compact-group-valued parameters).
     """
 
-    def __init__(self, name, total, initial, stream=None, selection_key=None):
+    def __init__(self, name, total, initial, stream=None, selection_key=None, drift=True):
         self.name, self.total, self.stream = name, total, sys.stderr if stream is None else stream
-        self.initial, self.selection_key, self.validation = initial, selection_key, {}
+        self.initial, self.selection_key, self.validation, self.drift = initial, selection_key, {}, drift
         self.bar = tqdm(total=total, initial=initial, desc=name, unit="step", file=self.stream) \
             if self.stream.isatty() else None
 
@@ -638,7 +641,8 @@ class Progress:
             self.validation = {self.selection_key: record[self.selection_key]}
         if self.bar is None:
             values = " ".join(f"{k} {v:.4g}" for k, v in record.items()
-                              if k != "step" and isinstance(v, float) and not k.startswith(DIAGNOSTIC_PREFIXES))
+                              if k != "step" and isinstance(v, float) and not k.startswith(DIAGNOSTIC_PREFIXES)
+                              and (k != "drift" or self.drift))
             total = f"/{self.total}" if self.total is not None else ""
             print(f"{self.name} step {record['step']}{total} {values} tokens/s {tokens_per_second:.0f}",
                   file=self.stream, flush=True)
@@ -811,7 +815,7 @@ class Run:
         train = self.train
         start, tokens, seconds_before = time.perf_counter(), 0, self.train_seconds
         progress = Progress(self.directory.name, train.steps if deadline is None else None, self.step,
-                            selection_key=self.task.selection_key)
+                            selection_key=self.task.selection_key, drift=bool(compact_group_parameters(self.model)))
         progress.start(self.description())
         while self.step < train.steps and (deadline is None or time.perf_counter() < deadline):
             inputs, targets = self.task.train_batch(self.rng, train.batch, self.step)
@@ -1086,7 +1090,7 @@ def main(argv=None, prog=None):
     argv = sys.argv[1:] if argv is None else argv
     try:
         config, directory, argv = configure(argv)
-    except (ValueError, TypeError) as error:  # every refusal of the command line, before any work
+    except (ValueError, TypeError, OSError) as error:  # every refusal, before any work (missing data included)
         parser = build_parser(options=False)
         parser.prog = prog or parser.prog
         refuse(parser, error)

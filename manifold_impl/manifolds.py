@@ -172,7 +172,8 @@ class GroupModule(torch.nn.Module):
                 raise ValueError(
                     f"parameter {name!r} is off {group!r} ({reason}): an optimizer that is not Riemannian (AdamW, "
                     f"SGD, ...) moves it along the ambient gradient. Train with manifold_impl.optim.RiemannianAdam, "
-                    f"or put it back after each step: with torch.no_grad(): param.copy_(model.group.nearest(param))")
+                    f"or put it back after each step: with torch.no_grad(): param.copy_(param.manifold.group.nearest(param)) "
+                    f"for every geoopt.ManifoldParameter param of the model")
 
 
 def group_parameter(value: torch.Tensor, group: Group) -> geoopt.ManifoldParameter:

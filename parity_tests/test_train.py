@@ -535,6 +535,51 @@ def test_progress_off_a_terminal_says_what_runs_how_long_it_should_take_then_one
     assert "tokens/s" in lines[2]
 
 
+@pytest.mark.parametrize("model, shown", [(["--model", "group_rnn", "--group", "SO", "--n", "3"], True),
+                                           (["--model", "group_rnn", "--group", "GL", "--n", "3"], False),
+                                           (["--model", "lstm", "--hidden-size", "4"], False)], ids=["SO", "GL", "lstm"])
+def test_progress_shows_the_drift_only_for_a_model_with_a_compact_group_state(tmp_path, capsys, model, shown):
+    assert train.main([*model, "--dataset", "ptb_char", "--steps", "2", "--batch", "1", "--length", "8",
+                       "--eval-every", "2", "--eval-tokens", "20", "--run-dir", str(tmp_path / "run")]) == 0
+    evaluation = [line for line in capsys.readouterr().err.splitlines() if line.startswith("run step 2/2")]
+    assert len(evaluation) == 1 and (" drift " in evaluation[0]) == shown, evaluation
+
+
+@pytest.mark.parametrize("variable", ["empty-data-dir", "no-network"])
+def test_missing_tiny_shakespeare_is_refused_in_one_line_saying_where_to_put_it(tmp_path, monkeypatch, variable):
+    import urllib.error
+    import urllib.request
+
+    if variable == "empty-data-dir":
+        monkeypatch.setenv("GROUPSTATE_DATA_DIR", str(tmp_path / "empty"))
+    else:  # no data directory, nothing cached, and a download that cannot reach the network
+        monkeypatch.delenv("GROUPSTATE_DATA_DIR", raising=False)
+        monkeypatch.setenv("GROUPSTATE_CACHE_DIR", str(tmp_path / "cache"))
+
+        def offline(*args, **kwargs):
+            raise urllib.error.URLError("no network")
+        monkeypatch.setattr(urllib.request, "urlopen", offline)
+    got = refusal(["--model", "lstm", "--hidden-size", "4", "--dataset", "tinyshakespeare", "--steps", "1",
+                   "--run-dir", str(tmp_path / "x")])
+    assert "tinyshakespeare/input.txt" in got and "GROUPSTATE_DATA_DIR" in got, got
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_preset_run_with_steps_below_its_warmup_is_refused_naming_both(tmp_path):
+    got = refusal(["--preset", "charlm-v2-ptb/lstm-seed0", "--steps", "20", "--run-dir", str(tmp_path / "x")])
+    assert got.startswith("--steps 20, --warmup 50: warmup must be an int in [0, steps)"), got
+
+
+@pytest.mark.parametrize("model", ["group_rnn", "group_transformer"])
+def test_the_group_options_help_lists_the_groups(model, capsys):
+    from reference.config import GROUP_NAMES
+
+    with pytest.raises(SystemExit):
+        train.main(["--model", model, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"--group STR the state's group. (one of {', '.join(GROUP_NAMES)};" in text
+
+
 def test_device_auto_is_resolved_when_the_run_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     config = train.build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 4, "steps": 1, "batch": 1,

@@ -164,7 +164,7 @@ class GroupRNNConfig(_GroupState):
 
     Attributes:
         vocab_size: number of token ids V; inputs must lie in [0, V).
-        group: one of GROUP_NAMES.
+        group: the state's group.
         n: the state is an n×n matrix.
         block: block size b of ``BO`` (default 2); must be None for the other groups.
         embedding_dim: token embedding width F.
@@ -199,7 +199,7 @@ class GroupRNNConfig(_GroupState):
     """
 
     vocab_size: int
-    group: str = "O"
+    group: str = dataclasses.field(default="O", metadata={"choices": GROUP_NAMES})
     n: int = 8
     block: int | None = None
     embedding_dim: int = 32
@@ -348,7 +348,7 @@ class GroupTransformerConfig(_GroupState):
 
     Attributes:
         vocab_size: number of token ids V; inputs must lie in [0, V).
-        group: one of GROUP_NAMES.
+        group: the state's group.
         n: token states are n×n matrices.
         block: block size b of ``BO`` (default 2); must be None for the other groups.
         num_layers: L ≥ 1 layers of (attention sublayer, feed-forward sublayer).
@@ -371,7 +371,7 @@ class GroupTransformerConfig(_GroupState):
     """
 
     vocab_size: int
-    group: str = "O"
+    group: str = dataclasses.field(default="O", metadata={"choices": GROUP_NAMES})
     n: int = 8
     block: int | None = None
     num_layers: int = 2

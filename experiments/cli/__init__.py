@@ -1,5 +1,6 @@
 """Command lines generated from config dataclasses: every field an option, with its type, default and
-the one line of help its class's docstring gives it (``Attributes:``), so the help cannot drift.
+the one line of help its class's docstring gives it (``Attributes:``), so the help cannot drift;
+a field whose ``metadata`` holds ``choices`` lists them.
 
 ``add_config_options(parser, Config)`` adds ``--field-name value`` (also ``--field-name=value``, and
 ``--field_name`` as older records spell it) for each field, ``--flag``/``--no-flag`` for booleans;
@@ -142,7 +143,9 @@ def add_config_options(parser, config_class, title, excluded=()):
         flag, kind = "--" + field.name.replace("_", "-"), hints[field.name]
         default = "required" if field.default is dataclasses.MISSING else f"default: {field.default}"
         line = help_lines.get(field.name, "").replace("``", "").replace("%", "%%")
-        text = f"{line} ({_type_name(kind)}; {default})".lstrip()
+        choices = field.metadata.get("choices")  # listed here; the config refuses any other value itself
+        listed = f"one of {', '.join(map(str, choices))}; " if choices else ""
+        text = f"{line} ({listed}{_type_name(kind)}; {default})".lstrip()
         for spelling, shown in [(flag, text)] + ([("--" + field.name, argparse.SUPPRESS)] if "_" in field.name else []):
             if bool in _kinds(kind):
                 group.add_argument(spelling, dest=field.name, nargs="?", const=True, type=value_parser(kind),
