@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow demo clean
+.PHONY: install test test-slow demo gpu-wheels clean
 
 install: $(STAMP)
 
@@ -25,6 +25,10 @@ test-slow: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m experiments.demo
+
+# The wheels the lent GPU machine's python3 lacks for experiments/gpu_check.sh, into .whl/ (carried there).
+gpu-wheels: $(STAMP)
+	$(PY) -m experiments.bench.gpu_wheels --out .whl
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

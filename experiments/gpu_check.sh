@@ -1,36 +1,75 @@
 #!/usr/bin/env bash
-# The prepared device check for a CUDA machine, run once from the repository root after `make test`
-# has built .venv (sized for 10 minutes on one H200): parity of the torch tree on CUDA against the
-# reference in float32 and float64 for every model (a failing check is recorded and the rest still
-# run), then `experiments.bench.device_check`: the host syncs of a training step of every group, a
-# captured RiemannianAdam step and captured training steps (train --cuda-graphs) replayed against
-# eager steps, and training tokens/s against cuDNN's LSTM: eager, compiled (the fused recurrence's
-# steps, as train --compile inductor) and from CUDA graphs. It prints a short table last; everything
-# lands under $OUT (default experiments/results/bench/gpu). Exit status 1 if any check failed.
+# The prepared device check for the lent CUDA machine, one command from the repository root (sized
+# for 10 minutes on one H100 or H200). It runs with that machine's own Python (PY, default python3:
+# no .venv, nothing fetched): the wheels its image lacks, prepared here by `make gpu-wheels` into
+# .whl/ and carried with the working tree, are installed into a temporary folder (pip --target, or
+# unpacked where it has no pip) that goes on PYTHONPATH with the repository. It prints the Python, torch and CUDA versions first, then checks
+# parity of the torch tree on CUDA against the reference in float32 and float64 for every model (a
+# failing check is recorded and the rest still run), then runs `experiments.bench.device_check`:
+# host syncs of a training step per group, captured optimizer and training steps (train
+# --cuda-graphs) against eager ones, and training tokens/s against cuDNN's LSTM (eager, compiled,
+# CUDA graphs), its JSON written after each measurement. Everything lands under $OUT (default
+# experiments/results/bench/gpu). Exit status 1 if any check failed.
+#
+#   bash experiments/gpu_check.sh          # on the GPU machine
+#   bash experiments/gpu_check.sh --cpu    # the rehearsal here: the same plumbing on the CPU, small sizes
 set -uo pipefail
-PY=${PY:-.venv/bin/python}
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+WHEELS=${WHEELS:-.whl}
+DEVICE=cuda
+QUICK=()
+if [[ "${1:-}" == "--cpu" ]]; then
+  DEVICE=cpu; QUICK=(--quick); OUT=${OUT:-runs/gpu_check_cpu}
+elif [[ -n "${1:-}" ]]; then
+  echo "usage: bash experiments/gpu_check.sh [--cpu]" >&2; exit 2
+fi
 OUT=${OUT:-experiments/results/bench/gpu}
 mkdir -p "$OUT"
+shopt -s nullglob
+wheels=("$WHEELS"/*.whl)
+if (( ${#wheels[@]} == 0 )); then
+  echo "no wheels in $WHEELS: run 'make gpu-wheels' on a machine with a network first" >&2; exit 2
+fi
+SITE=$(mktemp -d)
+trap 'rm -rf "$SITE"' EXIT
+if $PY -m pip --version > /dev/null 2>&1; then
+  $PY -m pip install --quiet --no-index --no-deps --target "$SITE" "${wheels[@]}" || {
+    echo "installing the wheels of $WHEELS into $SITE failed" >&2; exit 2; }
+else  # no pip: a wheel of importable modules is a zip archive of them
+  for wheel in "${wheels[@]}"; do
+    $PY -m zipfile -e "$wheel" "$SITE" || { echo "unpacking $wheel into $SITE failed" >&2; exit 2; }
+  done
+fi
+export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+$PY -c "import json, platform, torch; print(json.dumps({'python': platform.python_version(), 'torch': torch.__version__, 'cuda': torch.version.cuda}))" \
+  | tee "$OUT/versions.json"
 status=0
 : > "$OUT/parity.log"
 : > "$OUT/parity.txt"
 check() {  # label, then the options of parity_tests.check; one JSON report each in parity.log
   local label=$1; shift
-  if timeout 120 $PY -m parity_tests.check --device cuda "$@" >> "$OUT/parity.log" 2>&1; then
+  if timeout 120 $PY -m parity_tests.check --device "$DEVICE" "$@" >> "$OUT/parity.log" 2>&1; then
     echo "$label pass" >> "$OUT/parity.txt"
   else
     echo "$label FAIL" >> "$OUT/parity.txt"; status=1
   fi
 }
-for dtype in float32 float64; do
-  for group in O SO U SU T BO GL; do
-    check "group_rnn-$group-$dtype" --dtype "$dtype" --model group_rnn --group "$group" --n 6
+if [[ $DEVICE == cuda ]]; then
+  for dtype in float32 float64; do
+    for group in O SO U SU T BO GL; do
+      check "group_rnn-$group-$dtype" --dtype "$dtype" --model group_rnn --group "$group" --n 6
+    done
+    check "group_transformer-O-$dtype" --dtype "$dtype" --model group_transformer --group O --n 6
+    for read in plain ns polar; do
+      check "mlstm-$read-$dtype" --dtype "$dtype" --model mlstm --read "$read"
+    done
   done
-  check "group_transformer-O-$dtype" --dtype "$dtype" --model group_transformer --group O --n 6
-  for read in plain ns polar; do
-    check "mlstm-$read-$dtype" --dtype "$dtype" --model mlstm --read "$read"
-  done
-done
-$PY -m experiments.bench.device_check --device cuda --out "$OUT" --parity "$OUT/parity.txt" \
+else  # one check of each model, small
+  check "group_rnn-U-float32" --dtype float32 --model group_rnn --group U --n 3 --embedding-dim 4 --length 4
+  check "group_transformer-O-float64" --model group_transformer --group O --n 3 --num-layers 1 --length 4
+  check "mlstm-ns-float32" --dtype float32 --model mlstm --read ns --length 4
+fi
+$PY -m experiments.bench.device_check --device "$DEVICE" "${QUICK[@]}" --out "$OUT" --parity "$OUT/parity.txt" \
   2>&1 | tee "$OUT/device_check.txt" || status=1
 exit $status

@@ -67,11 +67,12 @@ def training_step(model, optimizer, tokens):
 
 
 def machine_record(device="cpu"):
-    """The machine the numbers were measured on: cores, torch version and threads, platform, device."""
+    """The machine the numbers were measured on: cores, Python, torch and CUDA versions, threads, platform, device."""
     import torch
 
-    record = {"cpus": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "platform": platform.platform(), "processor": platform.processor(), "device": str(device)}
+    record = {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+              "cuda": torch.version.cuda, "threads": torch.get_num_threads(), "platform": platform.platform(),
+              "processor": platform.processor(), "device": str(device)}
     if torch.device(device).type == "cuda":
         record["gpu"] = torch.cuda.get_device_name(device)
     return record
