@@ -35,15 +35,16 @@ from torch import nn
 
 from manifold_impl.draws import drawing_device, normal_
 from manifold_impl.groups import get_group
-from manifold_impl.linalg import _DEVICE_SQUARINGS, _fixed_count, dagger
+from manifold_impl.linalg import _DEVICE_SQUARINGS, _fixed_count, dagger, polar_newton_schulz
 from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_precision, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_cache, check_state, check_tokens
-from reference.config import GroupRNNConfig, model_config, rnn_layer_config, rnn_layer_repr
+from reference.config import GroupRNNConfig, forget_steps, model_config, rnn_layer_config, rnn_layer_repr
 
 
 RECURRENT_GAIN = 0.05  # mirror of reference.group_rnn.RECURRENT_GAIN
+FORGET_GATE_BIAS = -4.0  # mirror of reference.group_rnn.FORGET_GATE_BIAS
 
 
 def drive_scale(group):
@@ -108,6 +109,8 @@ class GroupRNNCell(GroupModule):
         self.input_map = nn.Linear(config.embedding_dim, group.dim, **factory)
         self.state_map = (nn.Linear(config.state_features, group.dim, bias=False, **factory)
                           if config.recurrent else None)
+        self.forget_gate = (nn.Linear(group.dim + config.state_features, 1, **factory)
+                            if config.forget == "gate" else None)
         self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank, **factory)
         self._steps = _Steps()
 
@@ -135,6 +138,9 @@ class GroupRNNCell(GroupModule):
         if self.state_map is not None:
             normal_(self.state_map.weight, std=RECURRENT_GAIN * drive / math.sqrt(n * dim),
                             generator=generator)
+        if self.forget_gate is not None:
+            normal_(self.forget_gate.weight, std=0.1 / math.sqrt(self.forget_gate.in_features), generator=generator)
+            nn.init.constant_(self.forget_gate.bias, FORGET_GATE_BIAS)
         self.mixing.reset_parameters(generator)
 
     def features(self, state):
@@ -158,9 +164,35 @@ class GroupRNNCell(GroupModule):
         from the mixed coordinates m_t ``[..., dim]``."""
         return self.group.packed_exp(self.bound(mixed))
 
+    def forget_rate(self, state, drive):
+        """Mirror of the reference: α_t, ``forget_alpha`` or ``[B, 1]`` from the gate on [d_t,
+        features(H_{t−1})] (the packed state's)."""
+        alpha = self.config.forget_alpha
+        if self.forget_gate is None:
+            return alpha
+        return alpha * torch.sigmoid(self.forget_gate(torch.cat([drive, self.group.packed_features(state)], dim=-1)))
+
+    def forget(self, state, drive):
+        """Mirror of the reference on the packed state: polar((1 − α_t)·H_{t−1} + α_t·I) by the same
+        Newton–Schulz steps, per block on BO and per diagonal entry on T (its packed form); the
+        state itself without ``forget``."""
+        if self.config.forget == "none":
+            return state
+        alpha, steps = self.forget_rate(state, drive), forget_steps(self.config.forget_alpha)
+        if state.dim() == 2:  # T: the diagonal, where the iteration acts on each entry alone
+            blend = (1 - alpha) * state + alpha
+            for _ in range(steps):
+                blend = blend * (1.5 - 0.5 * (blend.conj() * blend).real)
+            return blend
+        if torch.is_tensor(alpha):  # [B, 1] -> [B, 1, ..., 1] against [B, *packed]
+            alpha = alpha.reshape(*alpha.shape, *[1] * (state.dim() - 2))
+        eye = torch.eye(state.shape[-1], dtype=state.dtype, device=state.device)
+        return polar_newton_schulz((1 - alpha) * state + alpha * eye, steps)
+
     def step(self, state, drive):
         """One update of the packed state ``[B, *packed]`` from the drive ``[B, dim]``."""
-        return self.group.packed_mul(state, self.update(self.mixing(self.coordinates(state, drive))))
+        update = self.update(self.mixing(self.coordinates(state, drive)))
+        return self.group.packed_mul(self.forget(state, drive), update)
 
     def reproject(self, state, index):
         """Mirror of the reference: nearest(H_t), straight-through, if k divides ``index`` (on the

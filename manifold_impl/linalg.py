@@ -17,6 +17,16 @@ def dagger(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(-1, -2).conj()
 
 
+def polar_newton_schulz(m: torch.Tensor, steps: int) -> torch.Tensor:
+    """The unitary polar factor of ``m: [..., n, n]`` by ``steps`` Newton–Schulz iterations (fixed
+    count, no host read); mirror of ``reference.linalg.polar_newton_schulz``."""
+    eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
+    p = m
+    for _ in range(steps):
+        p = p @ (1.5 * eye - 0.5 * (dagger(p) @ p))
+    return p
+
+
 def skew(m: torch.Tensor) -> torch.Tensor:
     """``(m - m^H) / 2``."""
     return 0.5 * (m - dagger(m))

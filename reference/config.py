@@ -23,6 +23,24 @@ READOUTS = ("linear", "prototype")
 MIXINGS = ("none", "scalar", "lowrank")
 RECURRENCES = ("loop", "scan", "fused")  # how the torch group RNN runs its loop over time
 INPUT_INITS = ("default", "spread")  # initialization of the group RNN's input map (GroupRNNConfig.input_init)
+FORGETS = ("none", "constant", "gate")  # how the group RNN's state lets go of old input (GroupRNNConfig.forget)
+FORGET_GROUPS = ("O", "SO", "U", "T", "BO")  # compact groups whose polar factor stays on the group
+FORGET_TOLERANCE = 1e-15  # how close to 1 forget_steps takes the smallest singular value of the leaky blend
+
+
+def forget_steps(alpha):
+    """The Newton–Schulz steps k after which polar((1 − a)·H + a·I) has converged for every H on a
+    compact group and every a ≤ ``alpha`` < 1/2.
+
+    M = (1 − a)·H + a·I is normal, with eigenvalues (1 − a)·λ + a, |λ| = 1, so its singular values
+    lie in [1 − 2a, 1] ⊂ (0, √3): the iteration P ← P·(3I − PᴴP)/2 from P = M maps each of them by
+    σ ↦ σ(3 − σ²)/2, increasing on [0, 1], and k is the count that takes the worst, 1 − 2·alpha, to
+    within ``FORGET_TOLERANCE`` of 1 (a fixed count: no check of convergence at run time).
+    """
+    sigma, steps = 1.0 - 2.0 * alpha, 0
+    while 1.0 - sigma > FORGET_TOLERANCE:
+        sigma, steps = sigma * (3.0 - sigma * sigma) / 2.0, steps + 1
+    return steps
 
 
 @functools.lru_cache(maxsize=256)
@@ -134,6 +152,27 @@ def _validate_input_init(config):
                          "rotation angles of the updates over [0, π], and GL's updates are not rotations")
 
 
+def _validate_forget(config):
+    """forget and forget_alpha of a group RNN config (``GroupRNNConfig.forget``)."""
+    _require_choice("forget", config.forget, FORGETS)
+    alpha = config.forget_alpha
+    if config.forget == "none":
+        if alpha is not None:
+            raise ValueError(f"forget_alpha only applies with forget='constant' or 'gate', not {config.forget!r}")
+        return
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"forget={config.forget!r} needs forget_alpha, a number in (0, 1/2), got {alpha!r}")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"forget_alpha must lie in (0, 1/2), got {alpha}: at 1/2 the blend (1 − α)·H + α·I of an "
+                         "H with eigenvalue −1 is singular and has no polar factor")
+    if config.group not in FORGET_GROUPS:
+        raise ValueError(f"forget needs one of the groups {', '.join(FORGET_GROUPS)}, not {config.group!r}: "
+                         + ("the polar factor of an SU blend leaves det = 1" if config.group == "SU" else
+                            "GL's states are not unitary, and have no polar factor to return to"))
+    if config.recurrence != "loop":
+        raise ValueError(f"forget runs with recurrence='loop' only so far, not {config.recurrence!r}")
+
+
 class _GroupState:
     """Properties shared by the configs of the group-state models (fields group, n, block), all
     read from the group."""
@@ -196,6 +235,15 @@ class GroupRNNConfig(_GroupState):
             angle, on BO(2) √2 times one (the basis (E_ij − E_ji)/√2), so θ = π, resp. π√2, keeps
             every angle of a step inside (−π, π); on the other groups it bounds the coordinates,
             not the angles.
+        forget: how the state lets go of old input (``FORGETS``): ``none`` (the paper's update),
+            or the leaky update H_t = polar((1 − α_t)·H_{t−1} + α_t·I)·exp(A_t), which contracts
+            the previous state toward the identity before the step, with α_t = ``forget_alpha``
+            (``constant``) or α_t = forget_alpha·σ(w·[d_t, features(H_{t−1})] + b) (``gate``, d_t
+            = W e_t + b the drive; σ(b) starts near 0). The polar factor is taken by
+            ``forget_steps(forget_alpha)`` Newton–Schulz steps; groups ``FORGET_GROUPS`` (SU's polar
+            factor leaves det = 1, GL has none), ``recurrence='loop'`` only for now.
+        forget_alpha: α of ``constant``, the largest α of ``gate``: in (0, 1/2), where the blend
+            stays invertible (its singular values are at least 1 − 2α); None without ``forget``.
     """
 
     vocab_size: int
@@ -213,6 +261,8 @@ class GroupRNNConfig(_GroupState):
     truncate_every: int | None = None
     input_init: str = "default"
     update_bound: float | None = None
+    forget: str = dataclasses.field(default="none", metadata={"choices": FORGETS})
+    forget_alpha: float | None = None
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
@@ -227,6 +277,7 @@ class GroupRNNConfig(_GroupState):
         _validate_recurrence_fields(self)
         _validate_input_init(self)
         _validate_update_bound(self)
+        _validate_forget(self)
 
 
 def rnn_layer_config(input_size, group, n, **cell_options):

@@ -8,6 +8,9 @@ For tokens x_1..x_T with embeddings e_t = E[x_t] ∈ ℝ^F and a learnable H_0 �
     H_t = H_{t-1} · exp(hat(c_t))                 stays on G
     logits_t = readout(H_t)
 
+With ``forget`` (``GroupRNNConfig``) the previous state is first contracted toward the identity,
+H_{t-1} ← polar((1 − α_t)·H_{t-1} + α_t·I), so that old input fades (``GroupRNNCell.forget``).
+
 This is the paper's template A_t = Π(W̃ e_t + Ũ H_{t-1} + b̃) with ambient maps W̃, Ũ, b̃: Π is
 linear and onto g, so Π∘W̃ ranges over all linear maps into g; parametrizing W, U, b straight into
 the coordinates of g gives the same function class without the parameters Π would discard.
@@ -33,6 +36,8 @@ Parameters (keys and shapes = the torch ``state_dict``; m = group.num_features):
     cell.input_map.weight   [dim g, F]   W
     cell.input_map.bias     [dim g]      b
     cell.state_map.weight   [dim g, m]   U (recurrent only)
+    cell.forget_gate.weight [1, dim g + m]   w (forget = gate only)
+    cell.forget_gate.bias   [1]          b (forget = gate only)
     cell.mixing.*                        see reference.mixing
     readout.*                            see reference.readouts
 
@@ -52,9 +57,9 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
 
-from reference.config import GroupRNNConfig, model_config, rnn_layer_config, rnn_layer_repr
+from reference.config import GroupRNNConfig, forget_steps, model_config, rnn_layer_config, rnn_layer_repr
 from reference.groups import get_group
-from reference.linalg import dagger
+from reference.linalg import dagger, polar_newton_schulz
 from reference.mixing import TangentMixing
 from reference.params import ParamSpec, SpecModel, prefixed, sub_params
 from reference.readouts import READOUTS
@@ -62,6 +67,7 @@ from reference.validation import check_cache, check_state, check_tokens
 
 
 RECURRENT_GAIN = 0.05  # initial scale of U relative to W (see GroupRNNCell.param_spec)
+FORGET_GATE_BIAS = -4.0  # the forget gate's initial bias: α_t starts at forget_alpha·σ(−4), near 0
 
 
 def drive_scale(group):
@@ -186,6 +192,10 @@ class GroupRNNCell:
         if self.config.recurrent:
             full = drive / np.sqrt(n * dim)
             spec["state_map.weight"] = ParamSpec((dim, self.group.num_features), std=RECURRENT_GAIN * full, scale=full)
+        if self.config.forget == "gate":  # σ(b) ≈ 0.018 at init: close to the paper's update
+            inputs = dim + self.group.num_features
+            spec["forget_gate.weight"] = ParamSpec((1, inputs), std=0.1 / np.sqrt(inputs), scale=1 / np.sqrt(inputs))
+            spec["forget_gate.bias"] = ParamSpec((1,), mean=FORGET_GATE_BIAS, scale=1.0)
         return spec | prefixed("mixing.", self.mixing.param_spec())
 
     def features(self, state):
@@ -208,10 +218,29 @@ class GroupRNNCell:
         """exp(A_t) = exp(hat(bound(m_t))) ``[..., n, n]`` from the mixed coordinates m_t ``[..., dim]``."""
         return self.group.exp(self.group.hat(self.bound(mixed)))
 
+    def forget_rate(self, params, state, drive):
+        """α_t: ``forget_alpha`` (``constant``), or forget_alpha·σ(w·[d_t, features(H_{t−1})] + b)
+        ``[B, 1, 1]`` (``gate``)."""
+        alpha = self.config.forget_alpha
+        if self.config.forget == "constant":
+            return alpha
+        inputs = anp.concatenate([drive, self.features(state)], axis=-1)  # [B, dim + m]
+        gate = inputs @ params["forget_gate.weight"].T + params["forget_gate.bias"]  # [B, 1]
+        return (alpha / (1 + anp.exp(-gate)))[..., None]
+
+    def forget(self, params, state, drive):
+        """polar((1 − α_t)·H_{t−1} + α_t·I) ``[B, n, n]``, the previous state contracted toward the
+        identity and put back on the group (``GroupRNNConfig.forget``); H_{t−1} itself without."""
+        if self.config.forget == "none":
+            return state
+        alpha = self.forget_rate(params, state, drive)
+        blend = (1 - alpha) * state + alpha * np.eye(self.group.n)
+        return polar_newton_schulz(blend, forget_steps(self.config.forget_alpha))
+
     def step(self, params, state, drive):
         """One update. ``state: [B, n, n]``, ``drive: [B, dim]`` (d_t) -> next state ``[B, n, n]``."""
         c = self.mixing(sub_params(params, "mixing."), self.coordinates(params, state, drive))
-        return self.group.mul(state, self.update(c))
+        return self.group.mul(self.forget(params, state, drive), self.update(c))
 
     def reproject(self, state, index):
         """nearest(H_t) with an identity gradient (straight-through) if k divides the step index

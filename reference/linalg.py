@@ -20,6 +20,18 @@ def dagger(x):
     return anp.conj(anp.swapaxes(x, -1, -2))
 
 
+def polar_newton_schulz(m, steps):
+    """The unitary polar factor of ``m: [..., n, n]`` by ``steps`` Newton–Schulz iterations
+    P ← P·(3I − PᴴP)/2 from P = m. Each singular value σ of m goes to σ(3 − σ²)/2 per step, so the
+    iteration converges, quadratically near 1, where every σ lies in (0, √3); the caller picks
+    ``steps`` (``reference.config.forget_steps``)."""
+    eye = np.eye(m.shape[-1])
+    p = m
+    for _ in range(steps):
+        p = p @ (1.5 * eye - 0.5 * (dagger(p) @ p))
+    return p
+
+
 def skew(m):
     """Conjugation-aware skew part ``(m - m^H) / 2``. For real ``m`` this is ``(m - m^T) / 2``."""
     return 0.5 * (m - dagger(m))

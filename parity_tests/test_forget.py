@@ -1,0 +1,124 @@
+"""The leaky update (GroupRNNConfig.forget): its polar factor by Newton–Schulz against scipy's, the
+near-singular blend, parity of both trees, gradients against finite differences, and that the state
+forgets where the paper's update cannot."""
+
+import autograd
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.stats
+
+from parity_tests.harness import parity
+from parity_tests.test_gradients import central_difference, directional
+from parity_tests.tolerances import FD_RTOL
+from reference.config import FORGET_GROUPS, GroupRNNConfig, forget_steps
+from reference.group_rnn import GroupRNN
+from reference.groups import get_group
+from reference.linalg import polar_newton_schulz
+from reference.losses import cross_entropy
+from reference.params import random_params
+
+
+def config(group="O", forget="constant", alpha=0.4, **fields):
+    return GroupRNNConfig(**{"vocab_size": 7, "group": group, "n": 4, "embedding_dim": 5, "recurrence": "loop",
+                             "forget": forget, "forget_alpha": alpha, **({"block": 2} if group == "BO" else {}),
+                             **fields})
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.25, 0.42, 0.499])
+@pytest.mark.parametrize("kind", ["orthogonal", "unitary"])
+def test_the_iteration_reaches_scipys_polar_factor_of_every_blend(kind, alpha):
+    rng = np.random.default_rng(0)
+    group = scipy.stats.ortho_group if kind == "orthogonal" else scipy.stats.unitary_group
+    states = np.stack([group.rvs(5, random_state=rng) for _ in range(4)])
+    blend = (1 - alpha) * states + alpha * np.eye(5)
+    factor = polar_newton_schulz(blend, forget_steps(alpha))
+    expected = np.stack([scipy.linalg.polar(m)[0] for m in blend])
+    assert np.abs(factor - expected).max() < 1e-10
+
+
+@pytest.mark.parametrize("alpha", [0.45, 0.49, 0.4999])
+def test_the_blend_of_a_state_with_eigenvalue_minus_one_stays_invertible_below_one_half(alpha):
+    """H with eigenvalues −1 (a rotation by π) and α near 1/2: the blend's smallest singular value
+    is 1 − 2α, and the fixed step count still reaches the polar factor (here H's own eigenbasis
+    with the −1 kept: a contraction by (1 − 2α) that the factor undoes)."""
+    rotation = scipy.stats.ortho_group.rvs(4, random_state=1)
+    state = rotation @ np.diag([-1.0, -1.0, 1.0, 1.0]) @ rotation.T  # on SO(4), two eigenvalues −1
+    blend = (1 - alpha) * state + alpha * np.eye(4)
+    assert np.linalg.svd(blend, compute_uv=False).min() == pytest.approx(1 - 2 * alpha, rel=1e-9)
+    factor = polar_newton_schulz(blend, forget_steps(alpha))
+    assert np.abs(factor - state).max() < 1e-10  # polar((1 − α)H + αI) = H where H's eigenvalues are ±1
+    assert np.abs(factor - scipy.linalg.polar(blend)[0]).max() < 1e-10
+
+
+def test_forget_steps_grow_as_alpha_nears_one_half():
+    steps = [forget_steps(alpha) for alpha in (0.1, 0.25, 0.42, 0.49, 0.4999)]
+    assert steps == sorted(steps) and steps[0] >= 4 and steps[-1] <= 40
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"alpha": 0.5}, "forget_alpha must lie in \\(0, 1/2\\)"),
+    ({"alpha": 0.0}, "forget_alpha must lie in \\(0, 1/2\\)"),
+    ({"alpha": None}, "needs forget_alpha"),
+    ({"group": "SU"}, "polar factor of an SU blend leaves det = 1"),
+    ({"group": "GL"}, "GL's states are not unitary"),
+    ({"recurrence": "fused"}, "recurrence='loop' only"),
+    ({"forget": "none"}, "forget_alpha only applies with forget="),
+    ({"forget": "sometimes"}, "unknown forget 'sometimes'"),
+])
+def test_the_config_refuses_a_forget_it_cannot_run(fields, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        config(**fields)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("forget", ["constant", "gate"])
+@pytest.mark.parametrize("group", FORGET_GROUPS)
+def test_parity_of_the_leaky_update(group, forget, dtype):
+    report = parity(config(group, forget), seed=3, dtype=dtype, batch=2, length=5)
+    assert report["pass"], report
+
+
+@pytest.mark.parametrize("forget", ["constant", "gate"])
+@pytest.mark.parametrize("group", FORGET_GROUPS)
+def test_reference_gradients_of_the_leaky_update_match_finite_differences(group, forget):
+    """Every parameter, one random direction each (the polar factor's k steps differentiated through)."""
+    model = GroupRNN(config(group, forget, alpha=0.3))
+    rng = np.random.default_rng(2)
+    params = random_params(model.param_spec(), rng)
+    tokens = rng.integers(0, 7, size=(2, 5))
+
+    def loss(p):
+        return cross_entropy(model.forward(p, tokens[:, :-1])[0], tokens[:, 1:])
+
+    grads = autograd.grad(loss)(params)
+    for key, value in params.items():
+        direction = rng.standard_normal(np.shape(value))
+        if np.iscomplexobj(value):
+            direction = direction + 1j * rng.standard_normal(np.shape(value))
+        direction /= np.linalg.norm(direction)
+        fd = central_difference(lambda x, key=key: loss({**params, key: x}), value, direction)
+        assert fd == pytest.approx(directional(grads[key], direction), rel=FD_RTOL, abs=FD_RTOL), key
+
+
+@pytest.mark.parametrize("group", ["O", "T"])
+def test_the_leaky_state_forgets_its_first_input_and_the_papers_cannot(group):
+    """Two sequences that differ in their first token only: on the paper's update (input-driven)
+    their states stay exactly as far apart (right-multiplication by exp(A_t) is an isometry); with
+    a constant α they converge."""
+    rng = np.random.default_rng(4)
+    tokens = rng.integers(0, 7, size=(1, 40))
+    other = tokens.copy()
+    other[0, 0] = (tokens[0, 0] + 1) % 7
+
+    def gaps(fields):
+        model = GroupRNN(config(group, recurrent=False, **fields))
+        params = random_params(model.param_spec(), np.random.default_rng(5))
+        params["cell.initial_state"] = get_group(group, 4).identity(())
+        states = [model.forward(params, t)[1].states[0] for t in (tokens, other)]
+        return np.linalg.norm(states[0] - states[1], axis=(-2, -1))
+
+    paper = gaps({"forget": "none", "alpha": None})
+    assert paper[0] > 0.1 and np.allclose(paper, paper[0], rtol=1e-10)
+    leaky = gaps({})
+    assert leaky[-1] < 1e-3 * leaky[0]
