@@ -1,13 +1,14 @@
-"""Unconstrained baselines for the group-state models (torch only): an LSTM and a GPT-style
-Transformer language model.
+"""Baselines for the group-state models (torch only): an LSTM, a GPT-style Transformer and the
+published orthogonal RNN expRNN as language models.
 
-``LSTMConfig``/``LSTMLanguageModel`` and ``GPTConfig``/``GPTLanguageModel`` share one
-interface with the group models (``experiments.models``); their initialisation, caches and
-position schemes: ``_BaselineLM``.
+``LSTMConfig``/``LSTMLanguageModel``, ``GPTConfig``/``GPTLanguageModel`` and
+``ExpRNNConfig``/``ExpRNNLanguageModel`` share one interface with the group models
+(``experiments.models``); their initialisation, caches and position schemes: ``_BaselineLM``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from experiments.positions import POSITIONS, alibi_mask, rotate
+from manifold_impl.linalg import expm
 from manifold_impl.validation import check_cache, check_tokens
 from reference.config import model_config
 
@@ -67,6 +69,45 @@ class LSTMConfig:
         _require_int("num_layers", self.num_layers, 1)
         if self.embedding_dim is not None:
             _require_int("embedding_dim", self.embedding_dim, 1)
+        _require_dropout(self.dropout)
+
+    @property
+    def embedding_width(self):
+        """E: ``embedding_dim``, or the hidden size when that is None."""
+        return self.hidden_size if self.embedding_dim is None else self.embedding_dim
+
+
+EXPRNN_INITS = ("henaff", "cayley")
+
+
+@dataclass(frozen=True)
+class ExpRNNConfig:
+    """expRNN language model (Lezcano-Casado & Martínez-Rubio 2019): a vector state with an
+    orthogonal transition W = exp(A), A skew-symmetric.
+
+    Attributes:
+        vocab_size: number of token ids V; inputs must lie in [0, V).
+        hidden_size: state width H (the free size when matching parameter budgets).
+        embedding_dim: token embedding width E; None means E = H.
+        init: the initial A (``EXPRNN_INITS``), block-diagonal 2×2 rotations by θ_i: ``henaff``
+            θ_i ~ U(−π, π) (Henaff et al. 2016), ``cayley`` θ_i = −√((1 − cos u)/(1 + cos u)),
+            u ~ U(0, π/2), the two initialisations of expRNN.
+        dropout: dropout probability on the embedding output and the states (0 disables it).
+    """
+
+    vocab_size: int
+    hidden_size: int
+    embedding_dim: int | None = None
+    init: str = dataclasses.field(default="henaff", metadata={"choices": EXPRNN_INITS})
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        _require_int("vocab_size", self.vocab_size, 1)
+        _require_int("hidden_size", self.hidden_size, 1)
+        if self.embedding_dim is not None:
+            _require_int("embedding_dim", self.embedding_dim, 1)
+        if self.init not in EXPRNN_INITS:
+            raise ValueError(f"unknown init {self.init!r}; choose one of {list(EXPRNN_INITS)}")
         _require_dropout(self.dropout)
 
     @property
@@ -166,6 +207,18 @@ class LSTMCache(NamedTuple):
 
     hidden: torch.Tensor
     cell: torch.Tensor
+    position: int
+
+
+class ExpRNNCache(NamedTuple):
+    """The expRNN's state after the tokens so far and the global index of the next token.
+
+    Attributes:
+        hidden: [B, H] h_t.
+        position: the global index of the next token.
+    """
+
+    hidden: torch.Tensor
     position: int
 
 
@@ -276,6 +329,86 @@ class LSTMLanguageModel(_BaselineLM):
         embedded = self.dropout(self.embedding(tokens))  # [B, T, E]
         hidden, (last_hidden, last_cell) = self.lstm(embedded, state)  # [B, T, H]
         return self.head(self.dropout(hidden)), LSTMCache(last_hidden, last_cell, position + tokens.shape[1])
+
+
+class ExpRNNLanguageModel(_BaselineLM):
+    """Embedding → h_t = modReLU(W h_{t−1} + V e_t + b) with W = exp(A) → linear head; ``config`` an
+    ``ExpRNNConfig`` (see ``_BaselineLM``).
+
+    A = skew(a) is stored as its H(H−1)/2 entries above the diagonal (``log_transition``), and
+    W = ``manifold_impl.linalg.expm``(A) is built once per call, so W is orthogonal whatever the
+    optimizer does (AdamW on ``a``; expRNN's own trick, not a Riemannian optimizer).
+    modReLU(z) = sign(z)·max(|z| + b, 0) per unit, b ~ U(±0.01) (``modrelu_bias``). Init: A as
+    ``config.init``; the input map V Kaiming normal for a ReLU, its bias 0, as expRNN's; the embedding
+    N(0, 1/E), tokens of unit norm like the one-hot inputs expRNN was made for (an N(0, 1) embedding
+    makes the drive √E times larger, and the undamped state, a random walk at init, gives logits of
+    several bits at T = 128); head U(±1/√H) as the LSTM's; head bias 0. ``dropout`` acts on the
+    embedding output and the states.
+    """
+
+    config_class = ExpRNNConfig
+
+    def _build(self, config, factory):
+        hidden = config.hidden_size
+        self.embedding = nn.Embedding(config.vocab_size, config.embedding_width, **factory)
+        self.input_map = nn.Linear(config.embedding_width, hidden, **factory)
+        self.log_transition = nn.Parameter(torch.empty(hidden * (hidden - 1) // 2, **factory))
+        self.modrelu_bias = nn.Parameter(torch.empty(hidden, **factory))
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(hidden, config.vocab_size, **factory)
+
+    def reset_parameters(self, generator=None):
+        hidden = self.config.hidden_size
+        _draw(self.embedding.weight, _normal(1.0 / math.sqrt(self.config.embedding_width)), generator)
+        _draw(self.input_map.weight, lambda t, generator: nn.init.kaiming_normal_(
+            t, nonlinearity="relu", generator=generator), generator)
+        nn.init.zeros_(self.input_map.bias)
+        _draw(self.modrelu_bias, _uniform(0.01), generator)
+        _draw(self.head.weight, _uniform(1.0 / math.sqrt(hidden)), generator)
+        nn.init.zeros_(self.head.bias)
+        if self.log_transition.device.type == "meta":
+            return
+        angles = torch.empty(hidden // 2, dtype=self.log_transition.dtype, device=self.log_transition.device)
+        if self.config.init == "henaff":
+            _draw(angles, _uniform(math.pi), generator)
+        else:
+            _draw(angles, lambda t, generator: nn.init.uniform_(t, 0.0, math.pi / 2, generator=generator), generator)
+            angles = -torch.sqrt((1 - torch.cos(angles)) / (1 + torch.cos(angles)))
+        skew = torch.zeros(hidden, hidden, dtype=angles.dtype, device=angles.device)
+        index = torch.arange(hidden // 2, device=angles.device)
+        skew[2 * index, 2 * index + 1] = angles
+        rows, columns = torch.triu_indices(hidden, hidden, offset=1, device=angles.device)
+        with torch.no_grad():
+            self.log_transition.copy_(skew[rows, columns])
+
+    def transition(self):
+        """W = exp(A) ``[H, H]``, A = a − aᵀ from the entries above the diagonal: orthogonal."""
+        hidden = self.config.hidden_size
+        rows, columns = torch.triu_indices(hidden, hidden, offset=1, device=self.log_transition.device)
+        upper = torch.zeros(hidden, hidden, dtype=self.log_transition.dtype, device=self.log_transition.device)
+        upper = upper.index_put((rows, columns), self.log_transition)
+        return expm(upper - upper.T)
+
+    def forward(self, tokens, cache=None):
+        """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``ExpRNNCache``); ``cache``: that of an
+        earlier call, to continue its sequences (None: zero state, position 0)."""
+        tokens = check_tokens(tokens, self.config.vocab_size, next(self.parameters()).device)
+        hidden = torch.zeros(tokens.shape[0], self.config.hidden_size, dtype=self.head.weight.dtype,
+                             device=self.head.weight.device)
+        position = 0
+        if cache is not None:
+            cache = check_cache(cache, ExpRNNCache)
+            if tuple(cache.hidden.shape) != tuple(hidden.shape):
+                raise ValueError(f"cache.hidden must have shape {tuple(hidden.shape)}, got {tuple(cache.hidden.shape)}")
+            hidden, position = cache.hidden, cache.position
+        drive = self.input_map(self.dropout(self.embedding(tokens)))  # V e_t + b, [B, T, H]
+        transition = self.transition()
+        states = []
+        for step in drive.unbind(dim=1):
+            z = hidden @ transition.T + step
+            hidden = torch.sign(z) * torch.relu(z.abs() + self.modrelu_bias)
+            states.append(hidden)
+        return self.head(self.dropout(torch.stack(states, dim=1))), ExpRNNCache(hidden, position + tokens.shape[1])
 
 
 class CausalSelfAttention(nn.Module):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import NamedTuple
 
-from experiments.baselines import GPTConfig, LSTMConfig
+from experiments.baselines import ExpRNNConfig, GPTConfig, LSTMConfig
 from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 
 
@@ -40,6 +40,7 @@ register("group_transformer", GroupTransformerConfig, "manifold_impl.group_trans
 register("mlstm", MLSTMConfig, "manifold_impl.mlstm:MLSTM", recurrent=True)
 register("lstm", LSTMConfig, "experiments.baselines:LSTMLanguageModel", recurrent=True)
 register("gpt", GPTConfig, "experiments.baselines:GPTLanguageModel")
+register("exprnn", ExpRNNConfig, "experiments.baselines:ExpRNNLanguageModel", recurrent=True)
 
 
 def is_recurrent(model):

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import numbers
 
-from experiments.baselines import GPTConfig, LSTMConfig
+from experiments.baselines import ExpRNNConfig, GPTConfig, LSTMConfig
 from reference.config import GroupRNNConfig, GroupTransformerConfig, MLSTMConfig
 from reference.group_rnn import GroupRNN
 from reference.groups import get_group
@@ -32,6 +32,13 @@ def _lstm_count(config):
     layers = sum(4 * hidden * (inputs + hidden) + 8 * hidden  # W_ih, W_hh, b_ih, b_hh
                  for inputs in [embedding] + [hidden] * (config.num_layers - 1))
     return vocab * embedding + layers + hidden * vocab + vocab
+
+
+def _exprnn_count(config):
+    vocab, hidden, embedding = config.vocab_size, config.hidden_size, config.embedding_width
+    return (vocab * embedding + embedding * hidden + hidden  # embedding, V and its bias
+            + hidden * (hidden - 1) // 2 + hidden            # A's entries above the diagonal, modReLU's bias
+            + hidden * vocab + vocab)                        # head
 
 
 def _gpt_count(config):
@@ -56,7 +63,7 @@ def spec_count(specs):
 
 
 _REFERENCE_MODELS = {GroupRNNConfig: GroupRNN, GroupTransformerConfig: GroupTransformer, MLSTMConfig: MLSTM}
-_COUNTS = {LSTMConfig: _lstm_count, GPTConfig: _gpt_count}
+_COUNTS = {LSTMConfig: _lstm_count, GPTConfig: _gpt_count, ExpRNNConfig: _exprnn_count}
 
 
 def parameter_count(config):
@@ -73,14 +80,15 @@ def parameter_count(config):
 
 # --- search ------------------------------------------------------------------------------------
 
-SEARCHABLE = {LSTMConfig: ("hidden_size", "embedding_dim"), GPTConfig: ("width", "mlp_width"),
+SEARCHABLE = {LSTMConfig: ("hidden_size", "embedding_dim"), ExpRNNConfig: ("hidden_size", "embedding_dim"),
+              GPTConfig: ("width", "mlp_width"),
               GroupRNNConfig: ("n", "embedding_dim"), GroupTransformerConfig: ("n", "feedforward_dim")}
 DEFAULT_FREE = SEARCHABLE  # (coarse, fine) per family
 
 
 def _axis(config, field):
     """``(start, step, stop)`` of the values ``field`` may take in ``config`` (stop inclusive)."""
-    if isinstance(config, LSTMConfig) and field in ("hidden_size", "embedding_dim"):
+    if isinstance(config, (LSTMConfig, ExpRNNConfig)) and field in ("hidden_size", "embedding_dim"):
         return 1, 1, MAX_SIZE
     if isinstance(config, GPTConfig) and field == "width":
         step = config.num_heads * (2 if config.positions == "rotary" else 1)  # rotary: even head width

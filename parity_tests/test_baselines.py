@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.baselines import GPTCache, GPTConfig, GPTLanguageModel, LSTMCache, LSTMConfig, LSTMLanguageModel
+from experiments.baselines import (
+    ExpRNNCache, ExpRNNConfig, ExpRNNLanguageModel, GPTCache, GPTConfig, GPTLanguageModel, LSTMCache, LSTMConfig,
+    LSTMLanguageModel,
+)
 from experiments.models import build_model
 from experiments.params_budget import (
     TOLERANCE,
@@ -33,10 +36,11 @@ SMALL = {
     "gpt": GPTConfig(VOCAB, width=16, num_layers=2, num_heads=4, max_length=12),
     "gpt_rotary": GPTConfig(VOCAB, width=16, num_layers=2, num_heads=4, max_length=12, positions="rotary"),
     "gpt_alibi": GPTConfig(VOCAB, width=16, num_layers=2, num_heads=4, max_length=12, positions="alibi"),
+    "exprnn": ExpRNNConfig(VOCAB, hidden_size=9, embedding_dim=6),
 }
 MODELS = {"lstm": LSTMLanguageModel, "gpt": GPTLanguageModel, "gpt_rotary": GPTLanguageModel,
-          "gpt_alibi": GPTLanguageModel}
-CACHES = {"lstm": LSTMCache, "gpt": GPTCache, "gpt_rotary": GPTCache, "gpt_alibi": GPTCache}
+          "gpt_alibi": GPTLanguageModel, "exprnn": ExpRNNLanguageModel}
+CACHES = {"lstm": LSTMCache, "gpt": GPTCache, "gpt_rotary": GPTCache, "gpt_alibi": GPTCache, "exprnn": ExpRNNCache}
 POSITION_FREE = ["gpt_rotary", "gpt_alibi"]
 KINDS = list(SMALL)
 
@@ -247,6 +251,8 @@ COUNTED = {
     "gpt_mlp30_3layer": GPTConfig(VOCAB, 12, num_layers=3, num_heads=3, max_length=9, mlp_width=30),
     "gpt_rotary": GPTConfig(VOCAB, 16, positions="rotary"),
     "gpt_alibi_3head": GPTConfig(VOCAB, 12, num_heads=3, positions="alibi"),
+    "exprnn_henaff": ExpRNNConfig(VOCAB, 9),
+    "exprnn_cayley_emb5": ExpRNNConfig(VOCAB, 8, embedding_dim=5, init="cayley"),
     **{f"rnn_{g}": GroupRNNConfig(VOCAB, group=g, n=4, embedding_dim=6) for g in ("O", "SO", "U", "SU", "T", "GL")},
     "rnn_BO6b3": GroupRNNConfig(VOCAB, group="BO", n=6, block=3),
     "rnn_U_prototype": GroupRNNConfig(VOCAB, group="U", n=3, readout="prototype"),
@@ -397,6 +403,7 @@ def test_attention_sublayer_against_numpy(positions):
 
 TEMPLATES = {
     "lstm": LSTMConfig(VOCAB, 1),
+    "exprnn": ExpRNNConfig(VOCAB, 1),
     "gpt": GPTConfig(VOCAB, 4, num_layers=2, num_heads=4, max_length=256),
     "gpt_rotary": GPTConfig(VOCAB, 8, num_layers=2, num_heads=4, max_length=256, positions="rotary"),
     "gpt_alibi": GPTConfig(VOCAB, 4, num_layers=2, num_heads=4, max_length=256, positions="alibi"),
@@ -483,3 +490,44 @@ def test_a_seeded_model_for_another_device_is_drawn_on_the_generators_device_the
     for config in (GroupRNNConfig(vocab_size=5, group="U", n=3, embedding_dim=4), MLSTMConfig(vocab_size=5)):
         model = build_model(config, device="meta", generator=torch.Generator().manual_seed(0))
         assert {p.device.type for p in model.parameters()} == {"meta"}
+
+
+# --- expRNN -----------------------------------------------------------------------------------------
+
+def test_exprnn_gradients_match_finite_differences():
+    """torch.autograd.gradcheck (central differences, float64) of the loss in every parameter, A's
+    entries through manifold_impl.linalg.expm included."""
+    model = make("exprnn", dtype=torch.float64)
+    names, values = zip(*[(name, p.detach().clone().requires_grad_()) for name, p in model.named_parameters()])
+    tokens, targets = random_tokens(2, 5), random_tokens(2, 5, seed=1)
+
+    def loss(*params):
+        logits, _ = torch.func.functional_call(model, dict(zip(names, params)), (tokens,))
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+    assert torch.autograd.gradcheck(loss, values, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("init", ["henaff", "cayley"])
+def test_exprnn_transition_is_orthogonal_at_init_and_after_adamw_steps(init):
+    model = make("exprnn", config=ExpRNNConfig(VOCAB, 10, init=init))
+    transition = model.transition().detach()
+    angles = torch.angle(torch.linalg.eigvals(transition.double()))
+    assert (angles.abs() <= (math.pi if init == "henaff" else math.pi / 2) + 1e-6).all()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    for step in range(3):
+        logits, _ = model(random_tokens(2, 6, seed=step))
+        torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), random_tokens(2, 6, seed=9).reshape(-1)).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    trained = model.transition().detach()
+    assert (trained - transition).abs().max() > 1e-3  # the steps moved W ...
+    assert (trained @ trained.T - torch.eye(10)).abs().max() < 1e-5  # ... and it stayed orthogonal
+
+
+def test_exprnn_cayley_init_rotates_by_at_most_a_quarter_turn_and_henaff_by_up_to_a_half():
+    cayley = make("exprnn", config=ExpRNNConfig(VOCAB, 40, init="cayley")).log_transition.detach()
+    henaff = make("exprnn", config=ExpRNNConfig(VOCAB, 40)).log_transition.detach()
+    assert (cayley <= 0).all() and cayley.min() >= -1.0 - 1e-6  # θ = −tan(u/2), u ∈ [0, π/2]
+    assert henaff.abs().max() > 1.0 and henaff.abs().max() <= math.pi
+    assert (cayley != 0).sum() == (henaff != 0).sum() == 20  # one rotation per pair of units

@@ -28,6 +28,7 @@ TINY_MODELS = {  # per model: tiny model options
     "group_transformer": {"group": "O", "n": 2, "num_layers": 1, "num_heads": 1},
     "mlstm": {"embedding_dim": 8},
     "lstm": {"hidden_size": 4},
+    "exprnn": {"hidden_size": 4},
     "gpt": {"width": 4, "num_layers": 1, "num_heads": 1, "max_length": 16},
 }
 
