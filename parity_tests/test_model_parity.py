@@ -188,3 +188,15 @@ def test_the_check_refuses_a_config_of_a_model_without_a_reference_twin_or_a_mis
         with pytest.raises(SystemExit) as stop:
             check.main(["--config", str(config)])
         assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recurrence", ["fused", "loop"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("block, n", [(4, 8), (8, 16)], ids=["2-heads-of-O4", "2-heads-of-O8"])
+def test_parity_of_multi_head_states(block, n, dtype, recurrence):
+    """Heads are BO with a larger block: k = n/b independent O(b) states, each rotated by its own
+    coordinates of the update (the fused recurrence's written-out gradients against the
+    reference's autograd)."""
+    config = GroupRNNConfig(vocab_size=7, group="BO", n=n, block=block, embedding_dim=5, recurrence=recurrence)
+    report = parity(config, seed=1, dtype=dtype, batch=2, length=4)
+    assert report["pass"], report

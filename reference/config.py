@@ -205,7 +205,9 @@ class GroupRNNConfig(_GroupState):
         vocab_size: number of token ids V; inputs must lie in [0, V).
         group: the state's group.
         n: the state is an n×n matrix.
-        block: block size b of ``BO`` (default 2); must be None for the other groups.
+        block: block size b of ``BO`` (default 2); must be None for the other groups. A larger b
+            (4 to 8) makes the state k = n/b independent O(b) heads, each moved by its own
+            coordinates of the update.
         embedding_dim: token embedding width F.
         readout: ``linear`` (R·features(H) + c) or ``prototype`` (τ·Re tr(H^H P_v)).
         recurrent: include the state term U(H_{t-1}) in the update.
