@@ -907,8 +907,10 @@ def finished_record(directory, steps):
 
 def _finished(directory, final):
     """Say that the run in ``directory`` has nothing left to train; its ``final`` record, untouched."""
-    print(f"{directory} finished at step {final['steps']} (final.json): nothing to train; continue it with "
-          f"--resume {directory} --steps N, N above {final['steps']}", file=sys.stderr, flush=True)
+    further = (f"continue it with --resume {directory} --steps N, N above {final['steps']}"
+               if (directory / "checkpoint.pt").exists() else "it has no checkpoint.pt to continue from")
+    print(f"{directory} finished at step {final['steps']} (final.json): nothing to train; {further}",
+          file=sys.stderr, flush=True)
     return final
 
 

@@ -433,13 +433,14 @@ def test_a_resume_without_a_checkpoint_is_refused_in_one_line_touching_nothing(t
     assert files(directory) == before
 
 
-def test_a_finished_run_without_a_checkpoint_resumes_as_finished_and_is_not_trained_anew(tmp_path):
+def test_a_finished_run_without_a_checkpoint_resumes_as_finished_and_is_not_trained_anew(tmp_path, capsys):
     """No checkpoint, but final.json at its configured steps: a resume says it is finished; a new
     run pointed at the directory is refused; the library's ``run`` asked for more steps refuses too."""
     directory = short_run(tmp_path / "run")
     (directory / "checkpoint.pt").unlink()
     before = files(directory)
     assert train.main(["--resume", str(directory)]) == 0
+    assert capsys.readouterr().err.endswith("nothing to train; it has no checkpoint.pt to continue from\n")
     assert refusal([*ARGS[:-10], "--steps", "4", "--run-dir", str(directory)]).startswith(
         f"{directory} already holds a run")
     config = train.resume_config(directory, ["--steps", "6"])
