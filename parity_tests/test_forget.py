@@ -2,20 +2,17 @@
 near-singular blend, parity of both trees, gradients against finite differences, and that the state
 forgets where the paper's update cannot."""
 
-import autograd
 import numpy as np
 import pytest
 import scipy.linalg
 import scipy.stats
 
 from parity_tests.harness import parity
-from parity_tests.test_gradients import central_difference, directional
-from parity_tests.tolerances import FD_RTOL
+from parity_tests.test_gradients import assert_model_gradients_match_finite_differences
 from reference.config import FORGET_GROUPS, GroupRNNConfig, forget_steps
 from reference.group_rnn import GroupRNN
 from reference.groups import get_group
 from reference.linalg import polar_newton_schulz
-from reference.losses import cross_entropy
 from reference.params import random_params
 
 
@@ -83,22 +80,7 @@ def test_parity_of_the_leaky_update(group, forget, dtype):
 @pytest.mark.parametrize("group", FORGET_GROUPS)
 def test_reference_gradients_of_the_leaky_update_match_finite_differences(group, forget):
     """Every parameter, one random direction each (the polar factor's k steps differentiated through)."""
-    model = GroupRNN(config(group, forget, alpha=0.3))
-    rng = np.random.default_rng(2)
-    params = random_params(model.param_spec(), rng)
-    tokens = rng.integers(0, 7, size=(2, 5))
-
-    def loss(p):
-        return cross_entropy(model.forward(p, tokens[:, :-1])[0], tokens[:, 1:])
-
-    grads = autograd.grad(loss)(params)
-    for key, value in params.items():
-        direction = rng.standard_normal(np.shape(value))
-        if np.iscomplexobj(value):
-            direction = direction + 1j * rng.standard_normal(np.shape(value))
-        direction /= np.linalg.norm(direction)
-        fd = central_difference(lambda x, key=key: loss({**params, key: x}), value, direction)
-        assert fd == pytest.approx(directional(grads[key], direction), rel=FD_RTOL, abs=FD_RTOL), key
+    assert_model_gradients_match_finite_differences(GroupRNN(config(group, forget, alpha=0.3)), np.random.default_rng(2))
 
 
 @pytest.mark.parametrize("group", ["O", "T"])

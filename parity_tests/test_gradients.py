@@ -75,8 +75,12 @@ def test_reference_model_gradients_match_finite_differences(group, readout, mixi
     straight-through, which finite differences of an off-group perturbation do not see)."""
     config = GroupRNNConfig(vocab_size=7, group=group, n=4, embedding_dim=5, readout=readout,
                             mixing=mixing, mixing_rank=2 if mixing == "lowrank" else None, update_bound=bound)
-    model = GroupRNN(config)
-    rng = np.random.default_rng(1)
+    assert_model_gradients_match_finite_differences(GroupRNN(config), np.random.default_rng(1))
+
+
+def assert_model_gradients_match_finite_differences(model, rng):
+    """The loss of a reference group RNN (vocabulary 7) on random tokens: autograd's gradient of
+    every parameter against central differences, along one random direction each."""
     params = random_params(model.param_spec(), rng)
     tokens = rng.integers(0, 7, size=(2, 5))
 
