@@ -237,7 +237,7 @@ class ProbeRun(Run):
     def update(self):
         model, step, arm = self.model, self.step, self.arm
         grads = {name: (p.grad.norm().item() if p.grad is not None else 0.0) for name, p in model.named_parameters()}
-        total = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]).item()
+        total = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None])).item()
         measured = dynamics(model, self.batch[0], self.batch[1].states) if arm.model == "group_rnn" and step % self.every == 0 else {}
         before = {key: p.detach().clone() for key, p in self.watched.items()}
         factor = self.optimizers.optimizers[0].param_groups[0]["lr"] / arm.lr  # the warm-up's factor this step
