@@ -780,9 +780,9 @@ class Run:
         seconds it takes to compile do not grow with the sequence length)."""
         if self.train.compile is None:
             return self._loss
-        cell = getattr(self.model, "cell", None)
-        if isinstance(cell, GroupRNNCell) and cell.config.recurrence == "fused":
-            cell.compile_steps(self.train.compile)
+        for cell in self.model.modules():
+            if isinstance(cell, GroupRNNCell) and cell.config.recurrence == "fused":
+                cell.compile_steps(self.train.compile)
         return torch.compile(self._loss, backend=self.train.compile)
 
     def _loss(self, inputs, targets):

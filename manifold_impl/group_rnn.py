@@ -40,7 +40,8 @@ from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_p
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_cache, check_state, check_tokens
-from reference.config import GroupRNNConfig, forget_steps, model_config, rnn_layer_config, rnn_layer_repr
+from reference.config import (GroupRNNConfig, forget_steps, layer_prefixes, model_config, rnn_layer_config,
+                              rnn_layer_repr, upper_layer_config)
 
 
 RECURRENT_GAIN = 0.05  # mirror of reference.group_rnn.RECURRENT_GAIN
@@ -101,9 +102,11 @@ def fit_input_map(embedding, weight, targets):
 class GroupRNNCell(GroupModule):
     """H_t = H_{t-1} · exp(hat(bound(mix(W e_t + U features(H_{t-1}) + b))))."""
 
-    def __init__(self, config, group, device=None, dtype=None):
+    def __init__(self, config, group, device=None, dtype=None, input_norm_sq=None):
+        """``input_norm_sq``: as in the reference, ‖x_t‖² of the inputs at init (W's scale)."""
         super().__init__()
         self.config, self.group = config, group
+        self.input_norm_sq = config.embedding_dim if input_norm_sq is None else input_norm_sq
         factory = {"device": device, "dtype": dtype}
         self.initial_state = group_parameter(group.identity(dtype=dtype, device=device), group)
         self.input_map = nn.Linear(config.embedding_dim, group.dim, **factory)
@@ -129,11 +132,11 @@ class GroupRNNCell(GroupModule):
         return self
 
     def reset_parameters(self, generator=None):
-        dim, n, features = self.group.dim, self.group.n, self.config.embedding_dim
+        dim, n = self.group.dim, self.group.n
         drive = drive_scale(self.group)
         with torch.no_grad():
             self.initial_state.copy_(self.group.identity(dtype=self.input_map.weight.dtype))
-        normal_(self.input_map.weight, std=drive / math.sqrt(features * dim), generator=generator)
+        normal_(self.input_map.weight, std=drive / math.sqrt(self.input_norm_sq * dim), generator=generator)
         nn.init.zeros_(self.input_map.bias)
         if self.state_map is not None:
             normal_(self.state_map.weight, std=RECURRENT_GAIN * drive / math.sqrt(n * dim),
@@ -579,10 +582,10 @@ class GroupRNNCache(NamedTuple):
     packed (``states`` unpacks them when read); mirror of reference.group_rnn.GroupRNNCache.
 
     Attributes:
-        state: [B, n, n] H_p.
+        state: [B, n, n] H_p ([L, B, n, n] with ``num_layers = L > 1``).
         position: p, the global index of the next token.
-        packed_states: [B, T, *packed] every state of the call that returned this cache, in the
-            group's packed form (not read by ``forward``).
+        packed_states: [B, T, *packed] ([L, B, T, *packed]) every state of the call that returned
+            this cache, in the group's packed form (not read by ``forward``).
         group: the group that unpacks them.
     """
 
@@ -597,8 +600,49 @@ class GroupRNNCache(NamedTuple):
         return None if self.packed_states is None else self.group.unpack(self.packed_states)
 
 
-class GroupRNN(GroupModule):
-    """Group-state RNN LM: embedding -> GroupRNNCell -> readout.
+class _Layers:
+    """Mirror of the reference: the cells of ``num_layers`` layers, bottom first, registered as the
+    modules ``cell``, ``cell_l1``, … (``layer_prefixes``), and one call through them on packed states."""
+
+    def _build_layers(self, config, group, **factory):
+        self.prefixes = layer_prefixes(config)
+        upper = upper_layer_config(config)
+        self.cell = GroupRNNCell(config, group, **factory)
+        for prefix in self.prefixes[1:]:
+            self.add_module(prefix[:-1], GroupRNNCell(upper, group, input_norm_sq=group.n, **factory))
+
+    @property
+    def cells(self):
+        """The layers' cells, bottom first."""
+        return [getattr(self, prefix[:-1]) for prefix in self.prefixes]
+
+    def _initial_states(self, batch):
+        return [cell.initial_state.expand(batch, -1, -1) for cell in self.cells]
+
+    def _given_states(self, state, batch):
+        layers = len(self.prefixes)
+        state = check_state(self.group, state, batch, self.cell.initial_state.dtype, None if layers == 1 else layers)
+        return [state] if layers == 1 else list(state.unbind(0))
+
+    def _run_layers(self, inputs, states, position=0):
+        """``inputs: [B, T, F]``, one H_0 ``[B, n, n]`` per layer -> every layer's packed states
+        ``[B, T, *packed]``."""
+        runs = []
+        for cell, state in zip(self.cells, states):
+            runs.append(cell._packed_states(inputs, self.group.pack(state), position))
+            inputs = self.group.packed_features(runs[-1])
+        return runs
+
+    def _joined(self, per_layer):
+        return per_layer[0] if len(per_layer) == 1 else torch.stack(per_layer)
+
+    def _final_state(self, runs):
+        return self._joined([self.group.unpack(cell._packed_settle(packed[:, -1]))
+                             for cell, packed in zip(self.cells, runs)])
+
+
+class GroupRNN(_Layers, GroupModule):
+    """Group-state RNN LM: embedding -> GroupRNNCell (one per layer) -> readout.
 
     Args:
         config: a ``reference.config.GroupRNNConfig``, or none and its fields as keywords
@@ -615,7 +659,7 @@ class GroupRNN(GroupModule):
         self.group = get_group(config.group, config.n, config.block)
         factory = {"device": device, "dtype": dtype}
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_dim, **factory)
-        self.cell = GroupRNNCell(config, self.group, **factory)
+        self._build_layers(config, self.group, **factory)
         self.readout = READOUTS[config.readout](self.group, config.vocab_size, **factory)
         self.reset_parameters(generator)
 
@@ -623,7 +667,8 @@ class GroupRNN(GroupModule):
         """The reference's initial distributions (reference.group_rnn.GroupRNN.init_params), ``spread``
         included: its input map fitted after the default draws, from the same generator."""
         normal_(self.embedding.weight, generator=generator)
-        self.cell.reset_parameters(generator)
+        for cell in self.cells:
+            cell.reset_parameters(generator)
         self.readout.reset_parameters(generator)
         if self.config.input_init == "spread":
             embedding, weight = self.embedding.weight, self.cell.input_map.weight
@@ -645,18 +690,16 @@ class GroupRNN(GroupModule):
         self._check_on_groups()
         batch = tokens.shape[0]
         if cache is None:
-            state, position = self.cell.initial_state.expand(batch, -1, -1), 0
+            states, position = self._initial_states(batch), 0
         else:
             cache = check_cache(cache, GroupRNNCache)
-            check_state(self.group, cache.state, batch, self.cell.initial_state.dtype)
-            state, position = cache.state, cache.position
-        packed = self.cell._packed_states(self.embedding(tokens), self.group.pack(state), position)
-        logits = self.readout._from_features(self.group.packed_features(packed))
-        final = self.group.unpack(self.cell._packed_settle(packed[:, -1]))
-        return logits, GroupRNNCache(final, position + tokens.shape[1], packed, self.group)
+            states, position = self._given_states(cache.state, batch), cache.position
+        runs = self._run_layers(self.embedding(tokens), states, position)  # L × [B, T, *packed]
+        logits = self.readout._from_features(self.group.packed_features(runs[-1]))
+        return logits, GroupRNNCache(self._final_state(runs), position + tokens.shape[1], self._joined(runs), self.group)
 
 
-class GroupRNNLayer(GroupModule):
+class GroupRNNLayer(_Layers, GroupModule):
     """A group RNN as a drop-in for ``torch.nn.LSTM`` (mirror of ``reference.group_rnn.GroupRNNLayer``).
 
     H_t = H_{t-1} · exp(hat(bound(mix(W x_t + U features(H_{t-1}) + b)))) from a learnable H_0 ∈ G; the
@@ -666,7 +709,9 @@ class GroupRNNLayer(GroupModule):
         input_size: F, the length of each input x_t.
         group, n, block: the state space (``reference.config.GROUP_NAMES``; ``block`` for BO).
         recurrent, reproject_every, mixing, mixing_rank, recurrence, keep_state_every, truncate_every,
-            update_bound: as in ``reference.config.GroupRNNConfig``.
+            update_bound, num_layers: as in ``reference.config.GroupRNNConfig`` (``num_layers`` L > 1
+            stacks L cells, as nn.LSTM does: the state is then ``[L, B, n, n]``, the output the top
+            layer's features).
         batch_first: inputs and outputs ``[B, T, ·]`` instead of ``[T, B, ·]``, as in nn.LSTM.
         device, dtype, generator: where, in which real precision, and from which seed.
 
@@ -693,20 +738,22 @@ class GroupRNNLayer(GroupModule):
 
     def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
                  mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None,
-                 truncate_every=None, update_bound=None,
+                 truncate_every=None, update_bound=None, num_layers=1,
                  device=None, dtype=None, generator=None):
         super().__init__()
         self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
                                        reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
                                        recurrence=recurrence, keep_state_every=keep_state_every,
-                                       truncate_every=truncate_every, update_bound=update_bound)
+                                       truncate_every=truncate_every, update_bound=update_bound,
+                                       num_layers=num_layers)
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
         check_precision(dtype, "GroupRNNLayer")
         self.batch_first = batch_first
         self.group = get_group(group, n, block)
-        self.cell = GroupRNNCell(self.config, self.group, device=device, dtype=dtype)
-        self.cell.reset_parameters(generator)
+        self._build_layers(self.config, self.group, device=device, dtype=dtype)
+        for cell in self.cells:
+            cell.reset_parameters(generator)
 
     @property
     def input_size(self):
@@ -726,14 +773,15 @@ class GroupRNNLayer(GroupModule):
         Args:
             input: ``[T, B, F]`` (``[B, T, F]`` if batch_first, unbatched ``[T, F]``), a tensor of the
                 layer's dtype, F = ``input_size``.
-            state: the initial state H, one tensor ``[B, n, n]`` on the group (unbatched ``[n, n]``),
+            state: the initial state H, one tensor ``[B, n, n]`` on the group (unbatched ``[n, n]``;
+                ``[L, B, n, n]`` and ``[L, n, n]`` with L > 1 layers),
                 e.g. the state an earlier call returned; None: the learned H_0. There is no ``(h, c)``
                 pair as in nn.LSTM.
 
         Returns:
             ``(output, state)``: ``output: [T, B, m]`` (``[B, T, m]`` if batch_first, unbatched
-            ``[T, m]``), the features y_t = features(H_t) of every step, m = ``output_size``; and the
-            final state H_T ``[B, n, n]`` (unbatched ``[n, n]``). H_T is settled
+            ``[T, m]``), the features y_t = features(H_t) of every step (of the top layer), m =
+            ``output_size``; and the final state H_T, shaped as ``state``. H_T is settled
             (``GroupRNNCell.settle``): moved back onto the group where the rounding of a long float32
             call has taken it past half the membership tolerance, so the layer always accepts the
             state it returned; ``reproject_every`` bounds the drift of the states inside a call.
@@ -752,13 +800,15 @@ class GroupRNNLayer(GroupModule):
         batched = input.dim() == 3
         sequences = input if not batched else (input if self.batch_first else input.transpose(0, 1))
         sequences = sequences if batched else sequences[None]  # [B, T, F]
+        layered = len(self.prefixes) > 1
         if state is None:
-            state = self.cell.initial_state.expand(sequences.shape[0], -1, -1)
+            states = self._initial_states(sequences.shape[0])
         else:
-            state = check_state(self.group, state if batched else state[None], sequences.shape[0],
-                                self.cell.initial_state.dtype)
-        packed = self.cell._packed_states(sequences, self.group.pack(state))  # [B, T, *packed]
-        output, final = self.group.packed_features(packed), self.group.unpack(self.cell._packed_settle(packed[:, -1]))
+            if not batched and isinstance(state, torch.Tensor):  # [n, n] or [L, n, n] -> a batch of one
+                state = state[:, None] if layered else state[None]
+            states = self._given_states(state, sequences.shape[0])
+        runs = self._run_layers(sequences, states)  # L × [B, T, *packed]
+        output, final = self.group.packed_features(runs[-1]), self._final_state(runs)
         if not batched:
-            return output[0], final[0]
+            return output[0], (final[:, 0] if layered else final[0])
         return (output if self.batch_first else output.transpose(0, 1)), final

@@ -46,15 +46,16 @@ def check_tokens(tokens, vocab_size, device=None):
     return tokens if device is None else tokens.to(device, non_blocking=True)
 
 
-def check_state(group, state, batch, dtype):
-    """Validate an initial state ``state: [batch, n, n]`` on ``group``, of the model's state ``dtype``.
+def check_state(group, state, batch, dtype, layers=None):
+    """Validate an initial state ``state: [batch, n, n]`` on ``group`` (``[layers, batch, n, n]``
+    with ``layers``: the state of a stacked group RNN), of the model's state ``dtype``.
 
     Raises:
         TypeError: not a tensor, or another dtype (named, with the cast that fixes it).
         ValueError: another shape, or off the group (a state on it only to float32 precision, as a
             float32 state cast to float64 is, is named as such, with the remedy).
     """
-    shape = (batch, group.n, group.n)
+    shape = (batch, group.n, group.n) if layers is None else (layers, batch, group.n, group.n)
     if isinstance(state, (tuple, list)):
         raise TypeError(f"state must be one tensor, the group element H of shape {shape}, not a {type(state).__name__}: "
                         "a group RNN has no LSTM-style (h, c) pair; pass the state an earlier call returned")

@@ -78,7 +78,9 @@ def test_a_constant_rotation_has_similarity_cos_k_theta():
 
 @pytest.mark.parametrize("model_config", [
     GroupRNNConfig(vocab_size=7, group="U", n=3, embedding_dim=4, mixing="lowrank", mixing_rank=2),
-    LSTMConfig(vocab_size=7, hidden_size=5)], ids=["group_rnn", "lstm"])
+    GroupRNNConfig(vocab_size=7, group="O", n=3, embedding_dim=4, num_layers=2, recurrence="loop", forget="gate",
+                   forget_alpha=0.3),
+    LSTMConfig(vocab_size=7, hidden_size=5)], ids=["group_rnn", "two_layers_forget", "lstm"])
 def test_gradient_norms_cover_every_parameter_once(model_config):
     model = build_model(model_config, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     logits, _ = model(torch.randint(0, 7, (2, 6), generator=torch.Generator().manual_seed(2)))
@@ -92,8 +94,12 @@ def test_gradient_norms_cover_every_parameter_once(model_config):
         assert norms[f"grad_norm_{name}"] == pytest.approx(by_hand, rel=1e-12)
     every = math.sqrt(sum(float((p.grad.abs() ** 2).sum()) for p in model.parameters()))
     assert norms["grad_norm"] == pytest.approx(every, rel=1e-12)
-    if isinstance(model_config, GroupRNNConfig):
+    if isinstance(model_config, GroupRNNConfig) and model_config.num_layers == 1:
         assert set(groups) == {"embedding", "input_map", "state_map", "mixing", "readout", "initial_state"}
+    elif isinstance(model_config, GroupRNNConfig):
+        cell = {"input_map", "state_map", "forget_gate", "initial_state"}  # no mixing: it has no parameters
+        assert set(groups) == {"embedding", "readout"} | cell | {name + "_l1" for name in cell}
+        assert set(dynamics(model, torch.zeros(2, 12, dtype=torch.long))) >= {"dyn_rotation_mean", "dyn_similarity@10"}
     else:
         assert dynamics(model, torch.zeros(1, 3, dtype=torch.long)) == {}
 

@@ -139,7 +139,7 @@ def test_cli_refuses_invalid_transformer_configs(case, capsys):
 
 
 @pytest.mark.parametrize("model, option, message", [
-    ("group_rnn", "--num-layers", "--num-layers is an option of --model group_transformer, not of group_rnn"),
+    ("group_rnn", "--feedforward-dim", "--feedforward-dim is an option of --model group_transformer, not of group_rnn"),
     ("group_transformer", "--embedding-dim", "--embedding-dim is an option of --model group_rnn and mlstm, not of "
                                              "group_transformer")], ids=["transformer-option", "rnn-option"])
 def test_cli_refuses_another_models_options_in_one_line_naming_their_model(model, option, message, capsys):

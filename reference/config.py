@@ -246,6 +246,11 @@ class GroupRNNConfig(_GroupState):
             factor leaves det = 1, GL has none), ``recurrence='loop'`` only for now.
         forget_alpha: α of ``constant``, the largest α of ``gate``: in (0, 1/2), where the blend
             stays invertible (its singular values are at least 1 − 2α); None without ``forget``.
+        num_layers: L stacked cells, as in ``nn.LSTM``: layer ℓ + 1 is driven by features(H_t^ℓ) of
+            the layer below in place of the embedding (``upper_layer_config``), the readout reads
+            the top layer's H_t^L, and the state of the model is ``[L, B, n, n]`` for L > 1
+            (``[B, n, n]``, as without depth, for L = 1). Every layer has its own H_0 and maps, and
+            every option above.
     """
 
     vocab_size: int
@@ -265,6 +270,7 @@ class GroupRNNConfig(_GroupState):
     update_bound: float | None = None
     forget: str = dataclasses.field(default="none", metadata={"choices": FORGETS})
     forget_alpha: float | None = None
+    num_layers: int = 1
 
     def __post_init__(self):
         _require_int("vocab_size", self.vocab_size, 1)
@@ -280,6 +286,20 @@ class GroupRNNConfig(_GroupState):
         _validate_input_init(self)
         _validate_update_bound(self)
         _validate_forget(self)
+        _require_int("num_layers", self.num_layers, 1)
+
+
+def layer_prefixes(config):
+    """The parameter-key prefixes of a group RNN's layers, bottom first: ``cell.`` (the first
+    layer, the only one without depth), then ``cell_l1.``, ``cell_l2.``, … (``nn.LSTM``'s ``_l1``)."""
+    return ["cell."] + [f"cell_l{layer}." for layer in range(1, config.num_layers)]
+
+
+def upper_layer_config(config):
+    """The config of a group RNN's layers above the first: driven by features(H_t) of the layer
+    below (``embedding_dim`` = ``state_features``) with the default input map (``spread`` fits
+    the first layer's map to the token embeddings and has nothing to fit here)."""
+    return dataclasses.replace(config, embedding_dim=config.state_features, input_init="default", num_layers=1)
 
 
 def rnn_layer_config(input_size, group, n, **cell_options):
@@ -293,7 +313,7 @@ def rnn_layer_config(input_size, group, n, **cell_options):
 
 
 LAYER_OPTIONS = ("block", "recurrent", "reproject_every", "mixing", "mixing_rank", "recurrence", "keep_state_every",
-                 "truncate_every", "update_bound")  # the cell's fields a GroupRNNLayer takes as keywords
+                 "truncate_every", "update_bound", "num_layers")  # the cell's fields a GroupRNNLayer takes as keywords
 
 
 def rnn_layer_repr(config, batch_first):

@@ -39,6 +39,8 @@ Parameters (keys and shapes = the torch ``state_dict``; m = group.num_features):
     cell.forget_gate.weight [1, dim g + m]   w (forget = gate only)
     cell.forget_gate.bias   [1]          b (forget = gate only)
     cell.mixing.*                        see reference.mixing
+    cell_l1.*, cell_l2.*, …              the same for the layers above (``num_layers`` > 1), each
+                                         driven by features(H_t) of the layer below: F = m
     readout.*                            see reference.readouts
 
 ``config.input_init = "spread"`` (``GroupRNN.init_params``): after the default draws, token v's
@@ -57,7 +59,8 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
 
-from reference.config import GroupRNNConfig, forget_steps, model_config, rnn_layer_config, rnn_layer_repr
+from reference.config import (GroupRNNConfig, forget_steps, layer_prefixes, model_config, rnn_layer_config,
+                              rnn_layer_repr, upper_layer_config)
 from reference.groups import get_group
 from reference.linalg import dagger, polar_newton_schulz
 from reference.mixing import TangentMixing
@@ -168,12 +171,15 @@ def fit_input_map(embedding, weight, targets):
 class GroupRNNCell:
     """H_t = H_{t-1} · exp(hat(bound(mix(W e_t + U features(H_{t-1}) + b))))."""
 
-    def __init__(self, config, group):
+    def __init__(self, config, group, input_norm_sq=None):
+        """``input_norm_sq``: ‖x_t‖² of the cell's inputs at init, which sets W's scale: F (the
+        default) for N(0, 1) embeddings, n for features(H) of the layer below (``upper_layer_config``)."""
         self.config, self.group = config, group
+        self.input_norm_sq = config.embedding_dim if input_norm_sq is None else input_norm_sq
         self.mixing = TangentMixing(config.mixing, group.dim, config.mixing_rank)
 
     def param_spec(self):
-        """W is scaled so that ‖W e_t‖ ≈ 1 at init; U starts RECURRENT_GAIN times smaller.
+        """W is scaled so that ‖W x_t‖ ≈ 1 at init (``input_norm_sq``); U starts RECURRENT_GAIN times smaller.
 
         The group product alone is an isometry of the state, but the U term makes the Jacobian
         ∂H_t/∂H_{t-1} expansive: with U at the scale of W (‖realvec(H)‖² = n on the compact
@@ -186,7 +192,7 @@ class GroupRNNCell:
         drive = drive_scale(self.group)
         spec = {
             "initial_state": ParamSpec((n, n), group=self.group),
-            "input_map.weight": ParamSpec((dim, features), std=drive / np.sqrt(features * dim)),
+            "input_map.weight": ParamSpec((dim, features), std=drive / np.sqrt(self.input_norm_sq * dim)),
             "input_map.bias": ParamSpec((dim,), scale=0.1 * drive),
         }
         if self.config.recurrent:
@@ -277,10 +283,12 @@ class GroupRNNCache(NamedTuple):
     """What ``GroupRNN.forward`` needs to continue a sequence, and the states of the call that made it.
 
     Attributes:
-        state: [B, n, n] H_p, the state after the first p tokens.
+        state: [B, n, n] H_p, the state after the first p tokens ([L, B, n, n], every layer's,
+            with ``num_layers = L > 1``).
         position: p, the global index of the next token (counts tokens from 0; it decides when
             ``reproject_every`` re-projects).
         packed_states: [B, T, *packed] H_{p−T+1}..H_p in the group's packed form (``Group.pack``:
+            ``[L, B, T, *packed]`` with L > 1 layers;
             T's diagonal, BO's blocks, the matrix itself for dense groups), every state of the
             call that returned this cache; ``forward`` does not read it, so a cache built by hand
             may leave it None.
@@ -302,20 +310,70 @@ class GroupRNNCache(NamedTuple):
         return None if self.packed_states is None else self.group.unpack(self.packed_states)
 
 
-class GroupRNN(SpecModel):
+class _Layers:
+    """The cells of a group RNN's ``num_layers`` layers, bottom first, under the keys of
+    ``layer_prefixes`` (``cell.``, ``cell_l1.``, …), and one call through them: layer ℓ + 1 is
+    driven by features(H_t^ℓ). With one layer the state is ``[B, n, n]``, else ``[L, B, n, n]``."""
+
+    def _build_layers(self, config, group):
+        self.prefixes = layer_prefixes(config)
+        upper = upper_layer_config(config)
+        self._cells = [GroupRNNCell(config, group)] + [GroupRNNCell(upper, group, input_norm_sq=group.n)
+                                                       for _ in self.prefixes[1:]]
+        self.cell = self._cells[0]
+
+    @property
+    def cells(self):
+        """The layers' cells, bottom first."""
+        return list(self._cells)
+
+    def _layers_spec(self):
+        spec = {}
+        for prefix, cell in zip(self.prefixes, self.cells):
+            spec |= prefixed(prefix, cell.param_spec())
+        return spec
+
+    def _initial_states(self, params, batch):
+        """H_0 of every layer, ``[B, n, n]`` each."""
+        return [anp.repeat(params[prefix + "initial_state"][None], batch, axis=0) for prefix in self.prefixes]
+
+    def _given_states(self, state, batch):
+        """A state passed in, checked (``[B, n, n]``, or ``[L, B, n, n]``), as one ``[B, n, n]`` per layer."""
+        layers = len(self.cells)
+        check_state(self.group, getval(state), batch, None if layers == 1 else layers)
+        return [state] if layers == 1 else [state[layer] for layer in range(layers)]
+
+    def _run_layers(self, params, inputs, states, position=0):
+        """``inputs: [B, T, F]``, one H_0 ``[B, n, n]`` per layer -> every layer's states ``[B, T, n, n]``."""
+        runs = []
+        for prefix, cell, state in zip(self.prefixes, self.cells, states):
+            runs.append(cell(sub_params(params, prefix), inputs, state, position))
+            inputs = cell.features(runs[-1])
+        return runs
+
+    def _joined(self, per_layer):
+        """One array of the layers' arrays: itself for one layer, stacked first for more."""
+        return per_layer[0] if len(per_layer) == 1 else anp.stack(per_layer)
+
+    def _final_state(self, runs):
+        """The settled last state of every layer (``GroupRNNCell.settle``), joined."""
+        return self._joined([cell.settle(states[:, -1]) for cell, states in zip(self.cells, runs)])
+
+
+class GroupRNN(_Layers, SpecModel):
     """Reference group-state RNN LM. Functions of a parameter dict (see the module docstring)."""
 
     def __init__(self, config=None, **fields):
         self.config = config = model_config(GroupRNNConfig, config, fields)
         self.group = get_group(config.group, config.n, config.block)
-        self.cell = GroupRNNCell(config, self.group)
+        self._build_layers(config, self.group)
         self.readout = READOUTS[config.readout](self.group, config.vocab_size)
 
     def param_spec(self):
         """``{key: ParamSpec}`` in state_dict order."""
         config = self.config
         return ({"embedding.weight": ParamSpec((config.vocab_size, config.embedding_dim), std=1.0)}
-                | prefixed("cell.", self.cell.param_spec())
+                | self._layers_spec()
                 | prefixed("readout.", self.readout.param_spec()))
 
     def init_params(self, generator):
@@ -340,29 +398,32 @@ class GroupRNN(SpecModel):
                 one built by hand with a state on G and a position; None: start at H_0, position 0.
 
         Returns:
-            logits [B, T, V] and ``GroupRNNCache(H_{p+T}, p + T, packed states H_{p+1}..H_{p+T}, group)``
-            (its ``states`` unpacks them to [B, T, n, n]).
+            logits [B, T, V] (read from the top layer) and ``GroupRNNCache(H_{p+T}, p + T, packed
+            states H_{p+1}..H_{p+T}, group)`` (its ``states`` unpacks them to [B, T, n, n]; with
+            L > 1 layers, every layer's: [L, B, n, n] and [L, B, T, n, n]).
         """
         tokens = check_tokens(tokens, self.config.vocab_size)
         batch = tokens.shape[0]
         if cache is None:
-            state, position = anp.repeat(params["cell.initial_state"][None], batch, axis=0), 0  # [B, n, n]
+            states, position = self._initial_states(params, batch), 0
         else:
             cache = check_cache(cache, GroupRNNCache)
-            check_state(self.group, getval(cache.state), batch)
-            state, position = cache.state, cache.position
+            states, position = self._given_states(cache.state, batch), cache.position
         embedded = params["embedding.weight"][tokens]  # [B, T, F]
-        states = self.cell(sub_params(params, "cell."), embedded, state, position)  # [B, T, n, n]
-        cache = GroupRNNCache(self.cell.settle(states[:, -1]), position + tokens.shape[1], self.group.pack(states), self.group)
-        return self.readout(sub_params(params, "readout."), states), cache
+        runs = self._run_layers(params, embedded, states, position)  # L × [B, T, n, n]
+        packed = self._joined([self.group.pack(states) for states in runs])
+        cache = GroupRNNCache(self._final_state(runs), position + tokens.shape[1], packed, self.group)
+        return self.readout(sub_params(params, "readout."), runs[-1]), cache
 
 
-class GroupRNNLayer(SpecModel):
+class GroupRNNLayer(_Layers, SpecModel):
     """The group RNN cell as a sequence layer (mirror of the torch ``GroupRNNLayer``).
 
     For inputs x_1..x_T ∈ ℝ^F (``input_size`` F): H_t = H_{t-1} · exp(hat(bound(mix(W x_t +
     U features(H_{t-1}) + b)))) as in ``GroupRNNCell``; the outputs are y_t = features(H_t) ∈ ℝ^m
-    (m = ``output_size``), and the final state ``GroupRNNCell.settle(H_T)``.
+    (m = ``output_size``), and the final state ``GroupRNNCell.settle(H_T)``. With ``num_layers``
+    L > 1, layer ℓ + 1 reads features(H_t^ℓ), the outputs are the top layer's and the state is
+    ``[L, B, n, n]``.
 
     Rounding: in float32 each factor's distance from the group grows with the rotation (about
     2e-7 at ‖c‖ ≈ 0.3, 4e-6 at ‖c‖ ≈ 30, 5e-5 at ‖c‖ ≈ 300), and the states of one call add up
@@ -372,21 +433,22 @@ class GroupRNNLayer(SpecModel):
     gradient grows like e^{λT}; the torch layer's docstring gives the safe range and the remedy
     (``truncate_every``).
 
-    Parameters: the cell's, under ``cell.`` (see the module docstring).
+    Parameters: the cells', under ``cell.``, ``cell_l1.``, … (see the module docstring).
     """
 
     def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
                  mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None,
-                 truncate_every=None, update_bound=None):
+                 truncate_every=None, update_bound=None, num_layers=1):
         self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
                                        reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
                                        recurrence=recurrence, keep_state_every=keep_state_every,
-                                       truncate_every=truncate_every, update_bound=update_bound)
+                                       truncate_every=truncate_every, update_bound=update_bound,
+                                       num_layers=num_layers)
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
         self.batch_first = batch_first
         self.group = get_group(group, n, block)
-        self.cell = GroupRNNCell(self.config, self.group)
+        self._build_layers(self.config, self.group)
 
     @property
     def input_size(self):
@@ -401,19 +463,18 @@ class GroupRNNLayer(SpecModel):
         return f"GroupRNNLayer({rnn_layer_repr(self.config, self.batch_first)})"
 
     def param_spec(self):
-        return prefixed("cell.", self.cell.param_spec())
+        return self._layers_spec()
 
     def forward(self, params, input, state=None):
-        """``input: [T, B, F]`` (``[B, T, F]`` if batch_first), ``state: [B, n, n]`` (default H_0)
-        -> (outputs ``[T, B, m]`` (``[B, T, m]``), final state ``[B, n, n]``). ``recurrence`` and
-        ``keep_state_every`` choose how torch runs the loop; here there is one."""
+        """``input: [T, B, F]`` (``[B, T, F]`` if batch_first), ``state: [B, n, n]`` (``[L, B, n, n]``
+        with L > 1 layers; default H_0) -> (outputs ``[T, B, m]`` (``[B, T, m]``), final state of the
+        same shape as ``state``). ``recurrence`` and ``keep_state_every`` choose how torch runs the
+        loop; here there is one."""
         if np.ndim(input) != 3 or np.shape(input)[-1] != self.input_size or 0 in np.shape(input):
             raise ValueError(f"input must have shape [T, B, {self.input_size}] with T, B ≥ 1, got {np.shape(input)}")
         inputs = input if self.batch_first else anp.swapaxes(input, 0, 1)  # [B, T, F]
-        if state is None:
-            state = anp.repeat(params["cell.initial_state"][None], inputs.shape[0], axis=0)
-        else:
-            check_state(self.group, getval(state), inputs.shape[0])
-        states = self.cell(sub_params(params, "cell."), inputs, state)  # [B, T, n, n]
-        outputs = self.cell.features(states)
-        return (outputs if self.batch_first else anp.swapaxes(outputs, 0, 1)), self.cell.settle(states[:, -1])
+        batch = inputs.shape[0]
+        states = self._initial_states(params, batch) if state is None else self._given_states(state, batch)
+        runs = self._run_layers(params, inputs, states)  # L × [B, T, n, n]
+        outputs = self.cells[-1].features(runs[-1])
+        return (outputs if self.batch_first else anp.swapaxes(outputs, 0, 1)), self._final_state(runs)

@@ -28,9 +28,10 @@ def check_tokens(tokens, vocab_size):
     return tokens
 
 
-def check_state(group, state, batch):
-    """Validate an initial state ``state: [batch, n, n]`` on ``group``."""
-    shape = (batch, group.n, group.n)
+def check_state(group, state, batch, layers=None):
+    """Validate an initial state ``state: [batch, n, n]`` on ``group`` (``[layers, batch, n, n]``
+    with ``layers``: the state of a stacked group RNN)."""
+    shape = (batch, group.n, group.n) if layers is None else (layers, batch, group.n, group.n)
     if isinstance(state, (tuple, list)):
         raise TypeError(f"state must be one array, the group element H of shape {shape}, not a {type(state).__name__}: "
                         "a group RNN has no LSTM-style (h, c) pair; pass the state an earlier call returned")

@@ -22,11 +22,13 @@ DIAGNOSTIC_PREFIXES = ("grad_norm", "dyn_")  # of every key these diagnostics wr
 def parameter_groups(model):
     """``{group name: [parameters]}``, non-empty groups that together hold every parameter once."""
     if isinstance(model, GroupRNN):
-        cell = model.cell
-        modules = {"embedding": model.embedding, "input_map": cell.input_map, "state_map": cell.state_map,
-                   "mixing": cell.mixing, "readout": model.readout}
-        groups = {name: list(module.parameters()) for name, module in modules.items() if module is not None}
-        groups["initial_state"] = [cell.initial_state]
+        groups = {"embedding": list(model.embedding.parameters()), "readout": list(model.readout.parameters())}
+        for layer, cell in enumerate(model.cells):
+            suffix = f"_l{layer}" if layer else ""  # the first layer's names are those of a model without depth
+            modules = {"input_map": cell.input_map, "state_map": cell.state_map, "forget_gate": cell.forget_gate,
+                       "mixing": cell.mixing}
+            groups |= {name + suffix: list(module.parameters()) for name, module in modules.items() if module is not None}
+            groups["initial_state" + suffix] = [cell.initial_state]
     else:
         groups = {name: list(child.parameters()) for name, child in model.named_children()}
         groups["other"] = list(model.parameters(recurse=False))
@@ -53,10 +55,12 @@ def dynamics(model, tokens):
     Gradient norms (``gradient_norms``, every model): the Euclidean norm of the gradient of each
     parameter group, before clipping, as ``grad_norm_<group>``, and over all parameters as
     ``grad_norm``. A group RNN's groups are its modules: ``embedding``, ``input_map`` (W, b),
-    ``state_map`` (U), ``mixing``, ``readout`` and ``initial_state`` (H_0); any other model's groups
-    are its top-level modules.
+    ``state_map`` (U), ``forget_gate``, ``mixing``, ``readout`` and ``initial_state`` (H_0), with
+    ``_l1``, ``_l2``, … for the cells of the layers above the first; any other model's groups are
+    its top-level modules.
 
-    Group-RNN dynamics (``dynamics``; an empty dict for any other model), on one batch of tokens, from
+    Group-RNN dynamics (``dynamics``; an empty dict for any other model), of the first layer (the
+    one the tokens drive; ``num_layers``) on one batch of tokens, from
     the model's public pieces only (the embedding, the cell's ``input_map``, ``state_map`` and
     ``mixing``, the group's ``features`` and ``hat``, the states the model returns). With
     d_t = W e_t + b, the state term s_t = U features(H_{t−1}), c_t = d_t + s_t and
@@ -74,7 +78,8 @@ def dynamics(model, tokens):
         return {}
     cell, group = model.cell, model.group
     tokens = tokens.to(cell.input_map.weight.device)
-    states = model(tokens)[1].states  # [B, T, n, n]
+    states = model(tokens)[1].states  # [B, T, n, n], [L, B, T, n, n] with L > 1 layers
+    states = states[0] if len(model.cells) > 1 else states
     initial = cell.initial_state.expand(tokens.shape[0], 1, -1, -1)
     previous = torch.cat([initial, states[:, :-1]], dim=1)  # H_{t-1}
     drive = cell.input_map(model.embedding(tokens))  # d_t = W e_t + b: [B, T, dim]
