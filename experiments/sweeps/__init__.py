@@ -23,7 +23,8 @@ PRESETS = {"charlm-ptb": "experiments.studies.charlm_early.charlm_ptb",
            "charlm-v2-shakespeare": "experiments.studies.charlm_v2.charlm_v2_shakespeare", "nar-cpu": "experiments.studies.noisy_recall.nar_cpu",
            "nar-cpu-ns-steps": "experiments.studies.noisy_recall.nar_cpu_ns_steps", "nar-paper": "experiments.studies.noisy_recall.nar_paper",
            "state-tracking": "experiments.studies.state_tracking.state_tracking",
-           "copy": "experiments.studies.state_tracking.copy"}  # {preset: the module that defines its RUNS}
+           "copy": "experiments.studies.state_tracking.copy",
+           "lstm-gap-screen": "experiments.studies.lstm_gap.screen"}  # {preset: the module that defines its RUNS}
 
 
 class Sweep(NamedTuple):

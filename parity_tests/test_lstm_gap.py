@@ -1,0 +1,33 @@
+"""The gap study's presets: every arm sized to the budget, searched on the decided grid at the full
+length, and trained on equal tokens with the stated seeds."""
+
+from experiments.params_budget import TOLERANCE, parameter_count
+from experiments.studies.lstm_gap import screen
+from experiments.sweep_run import arm_of
+from experiments.sweeps import load_sweep
+from experiments.train import build_config
+
+
+def test_the_screen_searches_every_arm_on_the_decided_grid_at_full_length():
+    sweep = load_sweep("lstm-gap-screen")
+    assert sweep.tuning.rates == (1e-3, 3e-3, 1e-2, 3e-2) and sweep.tuning.seed == 0 == min(screen.SEEDS)
+    assert sweep.tuning.options == {}  # the search runs are the seed-0 runs
+    assert sweep.out == "experiments/results/lstm_gap/screen"
+    arms = {arm_of(run.name) for run in sweep.runs}
+    assert arms == {"rnn-O16", "rnn-O16-leak", "rnn-O16-gate", "rnn-O12x2", "rnn-BO4", "exprnn", "lstm"}
+    assert sorted(run.name for run in sweep.runs) == sorted(f"{arm}-seed{seed}" for arm in arms for seed in (0, 1))
+
+
+def test_every_screen_arm_fits_the_budget_and_trains_equal_tokens():
+    by_arm = {}
+    for run in load_sweep("lstm-gap-screen").runs:
+        config = build_config(run.model, run.task, run.options)
+        assert abs(parameter_count(config.model) - screen.BUDGET) <= TOLERANCE * screen.BUDGET, run.name
+        assert [run.options[key] for key in ("steps", "batch", "length")] == [600, 32, 128], run.name
+        by_arm.setdefault(arm_of(run.name), config.model)
+    assert {arm: by_arm[arm].n for arm in ("rnn-O16", "rnn-O16-leak", "rnn-O16-gate", "rnn-O12x2", "rnn-BO4")} == {
+        "rnn-O16": 16, "rnn-O16-leak": 16, "rnn-O16-gate": 16, "rnn-O12x2": 12, "rnn-BO4": 64}
+    assert (by_arm["rnn-O16-leak"].forget, by_arm["rnn-O16-leak"].forget_alpha) == ("constant", 0.42)
+    assert (by_arm["rnn-O16-gate"].forget, by_arm["rnn-O16-gate"].forget_alpha) == ("gate", 0.45)
+    assert by_arm["rnn-O12x2"].num_layers == 2 and by_arm["rnn-BO4"].block == 4
+    assert by_arm["rnn-BO4"].state_features == by_arm["rnn-O16"].state_features  # 16 heads of O(4): 256 features
