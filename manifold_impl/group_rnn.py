@@ -181,16 +181,23 @@ class GroupRNNCell(GroupModule):
         state itself without ``forget``."""
         if self.config.forget == "none":
             return state
-        alpha, steps = self.forget_rate(state, drive), forget_steps(self.config.forget_alpha)
-        if state.dim() == 2:  # T: the diagonal, where the iteration acts on each entry alone
-            blend = (1 - alpha) * state + alpha
-            for _ in range(steps):
-                blend = blend * (1.5 - 0.5 * (blend.conj() * blend).real)
-            return blend
+        return self._polar_iterates(self._blend(state, self.forget_rate(state, drive)))[-1]
+
+    def _blend(self, state, alpha):
+        """(1 − α)·H + α·I on the packed state ``[B, *packed]`` (α a number or ``[B, 1]``)."""
+        if state.dim() == 2:  # T: the diagonal, where I is a vector of ones
+            return (1 - alpha) * state + alpha
         if torch.is_tensor(alpha):  # [B, 1] -> [B, 1, ..., 1] against [B, *packed]
             alpha = alpha.reshape(*alpha.shape, *[1] * (state.dim() - 2))
-        eye = torch.eye(state.shape[-1], dtype=state.dtype, device=state.device)
-        return polar_newton_schulz((1 - alpha) * state + alpha * eye, steps)
+        return (1 - alpha) * state + alpha * torch.eye(state.shape[-1], dtype=state.dtype, device=state.device)
+
+    def _polar_iterates(self, blend):
+        """P_0 = blend, …, P_k (k = ``forget_steps(forget_alpha)``): P ← P·(3I − PᴴP)/2 per matrix
+        or block, and p ← p·(3 − |p|²)/2 per diagonal entry on T; P_k is the polar factor."""
+        iterates = [blend]
+        for _ in range(forget_steps(self.config.forget_alpha)):
+            iterates.append(_polar_step(iterates[-1]))
+        return iterates
 
     def step(self, state, drive):
         """One update of the packed state ``[B, *packed]`` from the drive ``[B, dim]``."""
@@ -251,9 +258,10 @@ def _scan(cell, drive, state, position):
 def _fused(cell, drive, state, position):
     """``_FusedRecurrence`` with the cell's parameters as inputs. Without gradients to compute
     (inference, ``torch.no_grad``) the same steps run as ``_loop``, which then records nothing."""
-    mixing = cell.mixing
+    mixing, gate = cell.mixing, cell.forget_gate
     inputs = (drive, state, None if cell.state_map is None else cell.state_map.weight,
-              getattr(mixing, "step_size", None), getattr(mixing, "left", None), getattr(mixing, "right", None))
+              getattr(mixing, "step_size", None), getattr(mixing, "left", None), getattr(mixing, "right", None),
+              None if gate is None else gate.weight, None if gate is None else gate.bias)
     if not (torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)):
         return _loop(cell, drive, state, position)
     if isinstance(cell._steps, _CompiledSteps):  # a compiled caller runs the loop, not its trace
@@ -275,9 +283,11 @@ class _FusedRecurrence(torch.autograd.Function):
     BO's blocks, the n×n matrix itself on the dense groups; H below stands for the packed state).
 
     Forward, without a graph: c_t = coordinates(H_{t-1}, d_t), m_t = mix(c_t),
-    X_t = cell.update(m_t) (= pack(exp(hat(bound(m_t))))), H_t = reproject(H_{t-1} X_t). Only the update
-    keeps intermediates (``_exponentials``: per step, or for all steps at once when the update does
-    not depend on the state), those its written-out VJP needs (``_exponential_vjp``). Kept for the
+    X_t = cell.update(m_t) (= pack(exp(hat(bound(m_t))))), H_t = reproject(F_t X_t) with F_t = H_{t-1}, or
+    with ``forget`` F_t = forget(H_{t-1}, d_t), the polar factor of the blend by Newton–Schulz. Only the
+    update keeps intermediates (``_exponentials``: per step, or for all steps at once when the update
+    does not depend on the state), those its written-out VJP needs (``_exponential_vjp``), and with
+    ``forget`` the polar iterates (``_forget_vjp``: back through them, the blend and the gate). Kept for the
     backward: the states (the output itself), c_t (recurrent only), X_t and those intermediates; with
     ``keep_state_every = k`` instead only every k-th state (and the state before each re-projection,
     the last one, and c_t), the rest rebuilt below. No autograd runs inside, forward or backward.
@@ -300,14 +310,15 @@ class _FusedRecurrence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, cell, position, drive, state, state_weight, step_size, left, right):
+    def forward(ctx, cell, position, drive, state, state_weight, step_size, left, right, gate_weight, gate_bias):
         group, every, reproject = cell.group, cell.config.keep_state_every, cell.config.reproject_every
         length, recurrent, keep_graphs = drive.shape[1], state_weight is not None, every is None
+        per_step = recurrent or cell.config.forget != "none"  # each step's update depends on the state
         states = state.new_empty((state.shape[0], length) + state.shape[1:])
         drive = drive.transpose(0, 1).contiguous()  # time-major [T, B, dim], as every buffer below: [t] is
         # contiguous, with the same strides at any length (what a compiled step was compiled for)
         coordinates = [] if recurrent else drive  # c_t, stacked after the loop
-        batched = keep_graphs and not recurrent  # every update at once (not when memory is to stay flat)
+        batched = keep_graphs and not per_step  # every update at once (not when memory is to stay flat)
         steps = cell._steps
         updates, saved = steps.exponentials(cell, drive) if batched else ([], [])
         offsets = [0]  # recurrent, kept graphs: step t's intermediates are saved[offsets[t]:offsets[t + 1]]
@@ -333,13 +344,14 @@ class _FusedRecurrence(torch.autograd.Function):
                 kept[t + 1] = current
         kept[length] = current
         coordinates = torch.stack(coordinates) if recurrent else coordinates  # [T, B, dim]
-        ctx.cell, ctx.position, ctx.length, ctx.recurrent = cell, position, length, recurrent
+        ctx.cell, ctx.position, ctx.length, ctx.recurrent, ctx.per_step = cell, position, length, recurrent, per_step
         ctx.kept, ctx.offsets = (None if keep_graphs else sorted(kept)), offsets
         if keep_graphs:
             saved = (states, *((updates,) if batched else updates), *saved)
         else:
             saved = (None, *(kept[k] for k in ctx.kept))
-        ctx.save_for_backward(coordinates, state, state_weight, step_size, left, right, *saved)
+        ctx.save_for_backward(coordinates, state, state_weight, step_size, left, right, gate_weight,
+                              drive if gate_weight is not None else None, *saved)
         return states
 
     @staticmethod
@@ -347,19 +359,22 @@ class _FusedRecurrence(torch.autograd.Function):
     def backward(ctx, grad_states):
         cell, position, length, recurrent = ctx.cell, ctx.position, ctx.length, ctx.recurrent
         group, truncate = cell.group, cell.config.truncate_every
-        coordinates, state, state_weight, step_size, left, right, states, *rest = ctx.saved_tensors
+        coordinates, state, state_weight, step_size, left, right, gate_weight, gate_drive, states, *rest = (
+            ctx.saved_tensors)
         rebuild = ctx.kept is not None
         if rebuild:
             kept = dict(zip(ctx.kept, rest))
-        elif recurrent:  # per step: X_t, then the intermediates of every step, in order
+        elif ctx.per_step:  # per step: X_t, then the intermediates of every step, in order
             updates, intermediates = rest[:length], rest[length:]
         else:
             updates, intermediates = rest[0], tuple(rest[1:])
         lift = _features_adjoint(state_weight, state) if recurrent else None
         adjoint, steps = _packed_adjoint(group), cell._steps
         grad_mixed, grad_coordinates = [], []  # ḡ_{m_t}, ḡ_{c_t} (recurrent) from t = T down, stacked after
-        grad_updates = None if recurrent or rebuild else torch.empty_like(updates)
+        grad_updates = None if ctx.per_step or rebuild else torch.empty_like(updates)
         grad_weight = None if state_weight is None or not rebuild else torch.zeros_like(state_weight)
+        gated = gate_weight is not None  # the forget gate: ḡ_z per step, its parameters' sums after the loop
+        grad_gate_drive, grad_gates = [], []
         grad_state = torch.zeros_like(state)
         current = kept[length] if rebuild else None
         # H_{t-1} for every t, time-major: each [t] is contiguous, as a compiled step was compiled for
@@ -375,15 +390,19 @@ class _FusedRecurrence(torch.autograd.Function):
                 current = previous
             else:
                 update = updates[t]
-                saved = tuple(intermediates[ctx.offsets[t]:ctx.offsets[t + 1]]) if recurrent else None
+                saved = tuple(intermediates[ctx.offsets[t]:ctx.offsets[t + 1]]) if ctx.per_step else None
                 previous = previous_states[t]
             if grad_updates is not None:  # input-driven, kept graphs: one exponential VJP after the loop
                 grad_updates[t] = group.packed_mul(adjoint(previous), grad_state)
                 grad_state = group.packed_mul(grad_state, adjoint(update))
                 continue
-            grad_mixed_t, grad_coordinates_t, grad_state = steps.backward(
-                cell, previous, update, saved, grad_state, lift, step_size, left, right)
+            grad_mixed_t, grad_coordinates_t, grad_state, grad_drive_t, grad_gate_t = steps.backward(
+                cell, previous, update, saved, grad_state, lift, step_size, left, right,
+                gate_drive[t] if gated else None, gate_weight)
             grad_mixed.append(grad_mixed_t)
+            if gated:
+                grad_gate_drive.append(grad_drive_t)
+                grad_gates.append(grad_gate_t)
             if recurrent:
                 grad_coordinates.append(grad_coordinates_t)
                 if grad_weight is not None:
@@ -399,8 +418,55 @@ class _FusedRecurrence(torch.autograd.Function):
             previous = group.packed_features(previous_states)  # [T, B, m]
             grad_weight = grad_coordinates.flatten(0, 1).T @ previous.flatten(0, 1)
         grad_step, grad_left, grad_right = _mixing_parameter_vjp(coordinates, grad_mixed, step_size, left, right)
-        return (None, None, grad_coordinates.transpose(0, 1), grad_state, grad_weight, grad_step, grad_left,
-                grad_right)
+        grad_drive, grad_gate_weight, grad_gate_bias = grad_coordinates, None, None
+        if gated:  # ḡ_d += ḡ_z w_d; ḡ_w = Σ_t ḡ_zᵀ [d_t, features(H_{t-1})], ḡ_b = Σ_t ḡ_z
+            grad_gates = torch.stack(grad_gates[::-1])  # [T, B, 1]
+            grad_drive = grad_drive + torch.stack(grad_gate_drive[::-1])
+            inputs = torch.cat([gate_drive, group.packed_features(previous_states)], dim=-1)  # [T, B, dim + m]
+            grad_gate_weight = grad_gates.flatten(0, 1).T @ inputs.flatten(0, 1)
+            grad_gate_bias = grad_gates.sum((0, 1))
+        return (None, None, grad_drive.transpose(0, 1), grad_state, grad_weight, grad_step, grad_left,
+                grad_right, grad_gate_weight, grad_gate_bias)
+
+
+def _polar_step(p):
+    """One Newton–Schulz step of ``GroupRNNCell._polar_iterates``: p·(3 − |p|²)/2 on a packed diagonal
+    ``[B, n]``, P·(3I − PᴴP)/2 on matrices or blocks."""
+    if p.dim() == 2:
+        return p * (1.5 - 0.5 * (p.conj() * p).real)
+    return polar_newton_schulz(p, 1)
+
+
+def _polar_step_vjp(p, grad):
+    """ḡ_P of P ↦ P·M, M = (3I − PᴴP)/2, at P (``_polar_step``): ḡ M − P (S + Sᴴ)/2 with S = Pᴴ ḡ (M is
+    Hermitian), four products; on a diagonal entry by entry, 3ḡ/2 − (2|p|² ḡ + p² ḡ*)/2."""
+    if p.dim() == 2:
+        return 1.5 * grad - 0.5 * (2 * (p.conj() * p).real * grad + p * p * grad.conj())
+    ph = dagger(p)
+    eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
+    inner = ph @ grad
+    return grad @ (1.5 * eye - 0.5 * (ph @ p)) - 0.5 * (p @ (inner + dagger(inner)))
+
+
+def _forget_vjp(cell, previous, drive, iterates, grad_forgotten, gate_weight):
+    """The leaky update's VJP (``GroupRNNCell.forget``), from ḡ of F = P_k (the polar iterates of the
+    blend M = (1 − α)·H + α·I): back through the k steps to ḡ_M, then ḡ_H = (1 − α) ḡ_M and, with the
+    gate α = a·σ(z), z = w·[d, features(H)] + b: ḡ_α = Re⟨I − H, ḡ_M⟩, ḡ_z = ḡ_α·α(1 − α/a), which adds
+    ḡ_z w to ḡ_[d, features(H)]. Returns ``(ḡ_H, ḡ_d or None, ḡ_z [B, 1] or None)``."""
+    grad = grad_forgotten
+    for p in reversed(iterates[:-1]):
+        grad = _polar_step_vjp(p, grad)
+    alpha = cell.forget_rate(previous, drive)
+    if not torch.is_tensor(alpha):  # constant α
+        return (1 - alpha) * grad, None, None
+    shaped = alpha.reshape(*alpha.shape, *[1] * (previous.dim() - 2))
+    toward = cell._blend(torch.zeros_like(previous), 1.0) - previous  # I − H, packed
+    grad_alpha = (toward.conj() * grad).real.flatten(1).sum(-1, keepdim=True)  # [B, 1]
+    grad_gate = grad_alpha * alpha * (1 - alpha / cell.config.forget_alpha)  # ḡ_z
+    grad_inputs = grad_gate @ gate_weight  # [B, dim + m]
+    dim = drive.shape[-1]
+    grad_state = (1 - shaped) * grad + _features_adjoint(grad_inputs[:, dim:], previous)
+    return grad_state, grad_inputs[:, :dim], grad_gate
 
 
 def _exponentials(cell, mixed):
@@ -432,21 +498,34 @@ def _forward_step(cell, current, drive):
     ``_exponential_vjp``)."""
     coordinates = cell.coordinates(current, drive)
     update, saved = _mixed_exponentials(cell, coordinates)
-    return coordinates, update, saved, cell.group.packed_mul(current, update)
+    if cell.config.forget == "none":
+        return coordinates, update, saved, cell.group.packed_mul(current, update)
+    iterates = cell._polar_iterates(cell._blend(current, cell.forget_rate(current, drive)))
+    return coordinates, update, (*saved, *iterates), cell.group.packed_mul(iterates[-1], update)
 
 
-def _backward_step(cell, previous, update, saved, grad_state, lift, step_size, left, right):
-    """One reverse step of the fused backward (``_FusedRecurrence``): ``(ḡ_{m_t}, ḡ_{c_t}, ḡ_{H_{t-1}})``
-    from ḡ_{H_t}, H_{t-1} (``previous``) and X_t with its ``saved``; ḡ_{c_t} is None and the state
-    map's share is left out where the recurrence is input-driven (``lift`` None)."""
-    adjoint = _packed_adjoint(cell.group)
-    grad_update = cell.group.packed_mul(adjoint(previous), grad_state)
-    grad_state = cell.group.packed_mul(grad_state, adjoint(update))
+def _backward_step(cell, previous, update, saved, grad_state, lift, step_size, left, right, drive, gate_weight):
+    """One reverse step of the fused backward (``_FusedRecurrence``): ``(ḡ_{m_t}, ḡ_{c_t}, ḡ_{H_{t-1}},
+    ḡ_{d_t} from the gate, ḡ_{z_t})`` from ḡ_{H_t}, H_{t-1} (``previous``), X_t with its ``saved`` and
+    d_t (``drive``); ḡ_{c_t} is None and the state map's share is left out where the recurrence is
+    input-driven (``lift`` None); the last two are None without the gate. With ``forget``, ``saved``
+    ends with the step's polar iterates P_0..P_k (``_forward_step``), which ``_forget_vjp`` reads."""
+    group, adjoint = cell.group, _packed_adjoint(cell.group)
+    forgetting = cell.config.forget != "none"
+    if forgetting:
+        count = forget_steps(cell.config.forget_alpha) + 1
+        saved, iterates = saved[:-count], saved[-count:]
+    forgotten = iterates[-1] if forgetting else previous
+    grad_update = group.packed_mul(adjoint(forgotten), grad_state)
+    grad_state = group.packed_mul(grad_state, adjoint(update))
+    grad_drive = grad_gate = None
+    if forgetting:
+        grad_state, grad_drive, grad_gate = _forget_vjp(cell, previous, drive, iterates, grad_state, gate_weight)
     grad_mixed = _exponential_vjp(cell, saved, grad_update)
     if lift is None:
-        return grad_mixed, None, grad_state
+        return grad_mixed, None, grad_state, grad_drive, grad_gate
     grad_coordinates = _mixing_vjp(grad_mixed, step_size, left, right)
-    return grad_mixed, grad_coordinates, grad_state + _combine(grad_coordinates, lift)
+    return grad_mixed, grad_coordinates, grad_state + _combine(grad_coordinates, lift), grad_drive, grad_gate
 
 
 def _own_code(function):

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.stats
+import torch
 
+from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from parity_tests.harness import parity
 from parity_tests.test_gradients import assert_model_gradients_match_finite_differences
 from reference.config import FORGET_GROUPS, GroupRNNConfig, forget_steps
@@ -59,7 +61,8 @@ def test_forget_steps_grow_as_alpha_nears_one_half():
     ({"alpha": None}, "needs forget_alpha"),
     ({"group": "SU"}, "polar factor of an SU blend leaves det = 1"),
     ({"group": "GL"}, "GL's states are not unitary"),
-    ({"recurrence": "fused"}, "recurrence='loop' only"),
+    ({"recurrence": "scan", "recurrent": False}, "forget needs recurrence='loop' or 'fused', not 'scan'"),
+    ({"recurrence": "fused", "keep_state_every": 2}, "forget keeps every state"),
     ({"forget": "none"}, "forget_alpha only applies with forget="),
     ({"forget": "sometimes"}, "unknown forget 'sometimes'"),
 ])
@@ -68,12 +71,40 @@ def test_the_config_refuses_a_forget_it_cannot_run(fields, message):
         config(**fields)
 
 
+@pytest.mark.parametrize("recurrence", ["loop", "fused"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("forget", ["constant", "gate"])
 @pytest.mark.parametrize("group", FORGET_GROUPS)
-def test_parity_of_the_leaky_update(group, forget, dtype):
-    report = parity(config(group, forget), seed=3, dtype=dtype, batch=2, length=5)
+def test_parity_of_the_leaky_update(group, forget, dtype, recurrence):
+    report = parity(config(group, forget, recurrence=recurrence), seed=3, dtype=dtype, batch=2, length=5)
     assert report["pass"], report
+
+
+@pytest.mark.parametrize("fields", [
+    {"recurrent": False},
+    {"truncate_every": 3, "reproject_every": 2},
+    {"mixing": "lowrank", "mixing_rank": 2, "update_bound": 1.5},
+], ids=["input_driven", "truncate_reproject", "mixing_bound"])
+@pytest.mark.parametrize("forget", ["constant", "gate"])
+@pytest.mark.parametrize("group", ["O", "U", "T", "BO"])
+def test_the_fused_backward_of_the_leaky_update_equals_autograd_through_the_loop(group, forget, fields):
+    """The written-out VJP (the polar iterates, the blend and the gate, ``_forget_vjp``) against torch's
+    autograd through every step of ``recurrence='loop'``, on the same parameters, in float64; the
+    gate's bias set to 0 so that α_t is far from 0 and every term of the gate carries weight."""
+    grads = []
+    for recurrence in ("loop", "fused"):
+        model = TorchGroupRNN(config(group, forget, recurrence=recurrence, **fields), dtype=torch.float64,
+                              generator=torch.Generator().manual_seed(6))
+        if model.cell.forget_gate is not None:
+            with torch.no_grad():
+                model.cell.forget_gate.bias.zero_()
+        tokens = torch.randint(0, 7, (3, 8), generator=torch.Generator().manual_seed(7))
+        logits, cache = model(tokens)
+        (logits.square().mean() + cache.state.abs().square().sum()).backward()
+        grads.append({key: p.grad for key, p in model.named_parameters()})
+    assert list(grads[0]) == list(grads[1])
+    for key in grads[0]:
+        torch.testing.assert_close(grads[1][key], grads[0][key], rtol=1e-10, atol=1e-12, msg=key)
 
 
 @pytest.mark.parametrize("forget", ["constant", "gate"])

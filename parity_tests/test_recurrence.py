@@ -13,7 +13,7 @@ import torch
 
 from manifold_impl.group_rnn import GroupRNN, GroupRNNCache, _FusedRecurrence
 from parity_tests.harness import to_torch
-from reference.config import GROUP_NAMES, GroupRNNConfig
+from reference.config import FORGET_GROUPS, GROUP_NAMES, GroupRNNConfig
 from reference.group_rnn import GroupRNN as ReferenceGroupRNN
 from reference.params import random_params
 
@@ -173,17 +173,19 @@ def test_scan_gradients_equal_the_loop():
     assert_same_gradients(scan_grads, loop_grads)
 
 
-def fused_inputs(group_name, recurrent, generator):
+def fused_inputs(group_name, recurrent, generator, **fields):
     """Inputs of ``_FusedRecurrence.apply`` after (cell, position) at a small size, float64: a drive,
     a random packed H_0 (``group.pack``) and the cell's own parameters (which its forward reads through the cell)."""
     config = GroupRNNConfig(vocab_size=5, group=group_name, n=3 if group_name != "BO" else 4, embedding_dim=2,
-                            recurrent=recurrent, mixing="lowrank", mixing_rank=2)
+                            recurrent=recurrent, mixing="lowrank", mixing_rank=2, **fields)
     model = generic_model(config)
     cell, dim = model.cell, model.group.dim
     drive = torch.randn(2, 3, dim, generator=generator, dtype=torch.float64, requires_grad=True)
     state = model.group.pack(model.group.random((2,), generator=generator, dtype=torch.float64)).requires_grad_()
+    gate = cell.forget_gate
     return cell, [drive, state, None if cell.state_map is None else cell.state_map.weight, cell.mixing.step_size,
-                  cell.mixing.left, cell.mixing.right]
+                  cell.mixing.left, cell.mixing.right, None if gate is None else gate.weight,
+                  None if gate is None else gate.bias]
 
 
 @pytest.mark.parametrize("keep_state_every", [None, 2], ids=["stored", "rebuilt"])
@@ -194,6 +196,19 @@ def test_fused_backward_passes_gradcheck(group, recurrent, keep_state_every):
         pytest.skip("keep_state_every needs a compact group")
     cell, inputs = fused_inputs(group, recurrent, torch.Generator().manual_seed(3))
     cell.config = dataclasses.replace(cell.config, keep_state_every=keep_state_every)
+    assert torch.autograd.gradcheck(lambda *args: _FusedRecurrence.apply(cell, 0, *args), inputs)
+
+
+@pytest.mark.parametrize("forget", ["constant", "gate"])
+@pytest.mark.parametrize("recurrent", [True, False], ids=["recurrent", "input-driven"])
+@pytest.mark.parametrize("group", FORGET_GROUPS)
+def test_fused_backward_of_the_leaky_update_passes_gradcheck(group, recurrent, forget):
+    """The leaky update's written-out VJP (``_forget_vjp``) against finite differences: the gate's
+    bias at 0, so that α_t sits mid-range and the blend, the polar iterates and the gate all count."""
+    cell, inputs = fused_inputs(group, recurrent, torch.Generator().manual_seed(4), forget=forget, forget_alpha=0.4)
+    if cell.forget_gate is not None:
+        with torch.no_grad():
+            cell.forget_gate.bias.zero_()
     assert torch.autograd.gradcheck(lambda *args: _FusedRecurrence.apply(cell, 0, *args), inputs)
 
 

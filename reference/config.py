@@ -169,8 +169,12 @@ def _validate_forget(config):
         raise ValueError(f"forget needs one of the groups {', '.join(FORGET_GROUPS)}, not {config.group!r}: "
                          + ("the polar factor of an SU blend leaves det = 1" if config.group == "SU" else
                             "GL's states are not unitary, and have no polar factor to return to"))
-    if config.recurrence != "loop":
-        raise ValueError(f"forget runs with recurrence='loop' only so far, not {config.recurrence!r}")
+    if config.recurrence == "scan":
+        raise ValueError("forget needs recurrence='loop' or 'fused', not 'scan': the leaky update depends on the "
+                         "state, so the updates are not a product of input-driven factors")
+    if config.keep_state_every is not None:
+        raise ValueError("forget keeps every state (keep_state_every=None): the leaky update has no exact reverse "
+                         "step to rebuild a state from the next")
 
 
 class _GroupState:
@@ -243,7 +247,7 @@ class GroupRNNConfig(_GroupState):
             (``constant``) or α_t = forget_alpha·σ(w·[d_t, features(H_{t−1})] + b) (``gate``, d_t
             = W e_t + b the drive; σ(b) starts near 0). The polar factor is taken by
             ``forget_steps(forget_alpha)`` Newton–Schulz steps; groups ``FORGET_GROUPS`` (SU's polar
-            factor leaves det = 1, GL has none), ``recurrence='loop'`` only for now.
+            factor leaves det = 1, GL has none), ``recurrence`` ``loop`` or ``fused``, every state kept.
         forget_alpha: α of ``constant``, the largest α of ``gate``: in (0, 1/2), where the blend
             stays invertible (its singular values are at least 1 − 2α); None without ``forget``.
         num_layers: L stacked cells, as in ``nn.LSTM``: layer ℓ + 1 is driven by features(H_t^ℓ) of

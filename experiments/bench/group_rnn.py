@@ -1,10 +1,12 @@
 """Training-step throughput of the group RNN ÷ a parameter-matched ``nn.LSTM`` language model (O(24)
 and U(24) at batch 32 × 128, the demo's O(16) at 32 × 64, T and BO(2×2 blocks) sized to 0.5M
-parameters), and of the reference's training step ÷ the torch one (information).
-Each row times the two models alternately in one process (``alternate``).
+parameters), of the leaky update's fused step ÷ its loop, and of the reference's training step ÷ the
+torch one (information). Each row times its contenders alternately in one process (``alternate``).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import autograd
 import numpy as np
@@ -71,6 +73,25 @@ def versus_lstm(quick=False, device="cpu"):
     return rows
 
 
+def forget_fused_versus_loop(quick=False, device="cpu"):
+    """The leaky update with the gate (``GroupRNNConfig.forget``) at the gap study's screen shape, O(16)
+    with embedding 63 and α ≤ 0.45, batch 32 × 128 (quick: 8 × 32): the fused recurrence's step
+    against the loop's (target: at least as fast), and its cost against the paper's update (fused,
+    information)."""
+    batch, length = (8, 32) if quick else (32, 128)
+    leaky = GroupRNNConfig(vocab_size=50, group="O", n=16, embedding_dim=63, forget="gate", forget_alpha=0.45)
+    tokens = torch.from_numpy(np.random.default_rng(0).integers(0, 50, size=(batch, length + 1))).to(device)
+    configs = {"fused": leaky, "loop": dataclasses.replace(leaky, recurrence="loop"),
+               "paper_fused": dataclasses.replace(leaky, forget="none", forget_alpha=None)}
+    times = alternate({name: training_step(GroupRNN(config, device=device), tokens) for name, config in configs.items()},
+                      repeats=2 if quick else 5, device=device)
+    shape = f"O(16), gate α ≤ 0.45, batch {batch}, length {length}"
+    return [row(f"leaky update fused step tokens/s / its loop ({shape})", times["loop"] / times["fused"], ">=", 1.0,
+                seconds=times),
+            row(f"leaky update fused step time / the paper's update fused ({shape})",
+                times["fused"] / times["paper_fused"], seconds=times)]
+
+
 def reference_versus_torch(quick=False, device="cpu"):
     """Both in float64 on a small configuration: O(16), batch 16, length 64 (quick: O(6), 4 × 16); the
     reference on the CPU, torch on ``device``."""
@@ -97,4 +118,4 @@ def reference_versus_torch(quick=False, device="cpu"):
 
 
 def run(quick=False, device="cpu"):
-    return versus_lstm(quick, device) + reference_versus_torch(quick, device)
+    return versus_lstm(quick, device) + forget_fused_versus_loop(quick, device) + reference_versus_torch(quick, device)
