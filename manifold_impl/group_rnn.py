@@ -788,7 +788,7 @@ class GroupRNNLayer(_Layers, GroupModule):
         input_size: F, the length of each input x_t.
         group, n, block: the state space (``reference.config.GROUP_NAMES``; ``block`` for BO).
         recurrent, reproject_every, mixing, mixing_rank, recurrence, keep_state_every, truncate_every,
-            update_bound, num_layers: as in ``reference.config.GroupRNNConfig`` (``num_layers`` L > 1
+            update_bound, forget, forget_alpha, num_layers: as in ``reference.config.GroupRNNConfig`` (``num_layers`` L > 1
             stacks L cells, as nn.LSTM does: the state is then ``[L, B, n, n]``, the output the top
             layer's features).
         batch_first: inputs and outputs ``[B, T, ·]`` instead of ``[T, B, ·]``, as in nn.LSTM.
@@ -817,14 +817,14 @@ class GroupRNNLayer(_Layers, GroupModule):
 
     def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
                  mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None,
-                 truncate_every=None, update_bound=None, num_layers=1,
+                 truncate_every=None, update_bound=None, forget="none", forget_alpha=None, num_layers=1,
                  device=None, dtype=None, generator=None):
         super().__init__()
         self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
                                        reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
                                        recurrence=recurrence, keep_state_every=keep_state_every,
                                        truncate_every=truncate_every, update_bound=update_bound,
-                                       num_layers=num_layers)
+                                       forget=forget, forget_alpha=forget_alpha, num_layers=num_layers)
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
         check_precision(dtype, "GroupRNNLayer")

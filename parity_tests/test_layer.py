@@ -105,3 +105,22 @@ def test_layer_prints_its_group_and_options_as_nn_lstm_does():
     assert repr(ReferenceGroupRNNLayer(3, "BO", 6, block=3, recurrent=False, batch_first=True)) == f"GroupRNNLayer({head})"
     assert repr(GroupRNNLayer(10, "SO", 6)).splitlines()[1] == "  10, group='SO', n=6"
     assert "Returns" in GroupRNNLayer.forward.__doc__ and "[T, B, F]" in GroupRNNLayer.forward.__doc__
+
+
+@pytest.mark.parametrize("forget", ["constant", "gate"])
+@pytest.mark.parametrize("group", ["O", "U", "T", "BO"])
+def test_a_leaky_layer_equals_the_reference_layer(group, forget):
+    """``forget`` and ``forget_alpha`` are the layer's options too (GroupRNNConfig.forget), fused."""
+    options = {"forget": forget, "forget_alpha": 0.4, "num_layers": 2}
+    reference = ReferenceGroupRNNLayer(3, group, 4, batch_first=True, **options)
+    params = random_params(reference.param_spec(), np.random.default_rng(1))
+    layer = GroupRNNLayer(3, group, 4, batch_first=True, dtype=torch.float64, **options)
+    assert list(layer.state_dict()) == list(params)
+    assert ("cell.forget_gate.weight" in params) == (forget == "gate")
+    layer.load_state_dict(to_torch(params, torch.float64, "cpu"))
+    inputs = np.random.default_rng(2).standard_normal((2, 5, 3))
+    expected, expected_state = reference.forward(params, inputs)
+    output, state = layer(torch.from_numpy(inputs))
+    np.testing.assert_allclose(output.detach().numpy(), expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(state.detach().numpy(), expected_state, rtol=0, atol=1e-12)
+    assert f"forget='{forget}', forget_alpha=0.4" in repr(layer)

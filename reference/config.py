@@ -317,7 +317,7 @@ def rnn_layer_config(input_size, group, n, **cell_options):
 
 
 LAYER_OPTIONS = ("block", "recurrent", "reproject_every", "mixing", "mixing_rank", "recurrence", "keep_state_every",
-                 "truncate_every", "update_bound", "num_layers")  # the cell's fields a GroupRNNLayer takes as keywords
+                 "truncate_every", "update_bound", "forget", "forget_alpha", "num_layers")  # the cell's fields a GroupRNNLayer takes as keywords
 
 
 def rnn_layer_repr(config, batch_first):

@@ -438,12 +438,12 @@ class GroupRNNLayer(_Layers, SpecModel):
 
     def __init__(self, input_size, group, n, block=None, recurrent=True, reproject_every=None, mixing="none",
                  mixing_rank=None, batch_first=False, recurrence="fused", keep_state_every=None,
-                 truncate_every=None, update_bound=None, num_layers=1):
+                 truncate_every=None, update_bound=None, forget="none", forget_alpha=None, num_layers=1):
         self.config = rnn_layer_config(input_size, group, n, block=block, recurrent=recurrent,
                                        reproject_every=reproject_every, mixing=mixing, mixing_rank=mixing_rank,
                                        recurrence=recurrence, keep_state_every=keep_state_every,
                                        truncate_every=truncate_every, update_bound=update_bound,
-                                       num_layers=num_layers)
+                                       forget=forget, forget_alpha=forget_alpha, num_layers=num_layers)
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
         self.batch_first = batch_first
