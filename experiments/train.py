@@ -6,20 +6,15 @@ Every command line, option and output file: ``main``.
 from __future__ import annotations
 
 import dataclasses
-import errno
-import io
 import json
 import math
 import os
-import pickle
 import sys
 import time
 import typing
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import filelock
 import geoopt
 import numpy as np
 import torch
@@ -32,6 +27,9 @@ from experiments.params_budget import SEARCHABLE, count_parameters, size_to_budg
 from experiments.provenance import git_revision, write_provenance
 from experiments.sweeps import load_sweep
 from experiments.tasks import task_class, task_classes
+from experiments.training.rundir import (RESUME_OVERRIDES, append_line, atomic_save, atomic_write_text,
+                                         check_resumable, finished_record, holding_lock,
+                                         load_checkpoint_file)
 from experiments.tuning import with_chosen_rates
 from manifold_impl.group_rnn import GroupRNNCell
 from manifold_impl.losses import cross_entropy
@@ -42,11 +40,9 @@ from reference.config import GroupRNNConfig, map_lr_scales
 SCHEDULES = ("constant", "cosine")
 # The TrainConfig fields a resume may change (``--resume DIR --steps 2000``): they decide how far and
 # where the run goes and how often it reports, not what any completed step computed.
-RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device", "compile", "cuda_graphs")
 MAP_LRS = ("n_aware", "plain")
 USAGE = "%(prog)s (--model M [--task T] | --preset SWEEP/RUN | --resume DIR) [--option value ...] [-h]"
 RUN_OPTIONS = ("model", "task", "run_dir", "resume", "preset", "params")  # the command line's options that are no config field
-LOCK_FILE = "run.lock"  # held by the process training in a run directory
 CAPTURE_WARMUP = 3  # eager steps before --cuda-graphs captures the step (torch's advice for a whole network)
 DIAGNOSTIC_BATCH = 8  # sequences in the fixed batch that the training-dynamics diagnostics read:
 DIAGNOSTIC_SEED_OFFSET = 3_000_003  # drawn by the task's train_batch from seed + this offset
@@ -504,105 +500,6 @@ def group_drift(model):
                default=0.0)
 
 
-def atomic_write_bytes(data, path):
-    """Write ``data`` to a temporary file in the same directory, then rename over ``path``.
-
-    Raises:
-        OSError: the write failed (a full disk: ENOSPC), naming ``path`` and the error code; the
-            temporary file is removed and ``path`` is left as it was.
-    """
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise _naming(error, "write", path) from error
-    os.replace(temporary, path)
-
-
-def append_line(line, path):
-    """Append ``line`` and a newline to ``path`` (a failed write raises as in ``atomic_write_bytes``;
-    a line torn by it is dropped on resume)."""
-    try:
-        with open(path, "a") as handle:
-            handle.write(line + "\n")
-    except OSError as error:
-        raise _naming(error, "append to", path) from error
-
-
-def _naming(error, verb, path):
-    """An OSError like ``error`` whose message names ``path`` and the error code (ENOSPC: a full disk)."""
-    code = errno.errorcode.get(error.errno, "unknown error")
-    return OSError(error.errno, f"cannot {verb} {path}: {error.strerror} ({code})", str(path))
-
-
-def atomic_save(obj, path):
-    """``torch.save`` of ``obj`` to ``path`` through ``atomic_write_bytes`` (serialized in memory first,
-    so that a failed write raises the operating system's error, not the archive writer's)."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    atomic_write_bytes(buffer.getbuffer(), path)
-
-
-def atomic_write_text(text, path):
-    """``text`` (UTF-8) to ``path`` through ``atomic_write_bytes``."""
-    atomic_write_bytes(text.encode(), path)
-
-
-def config_differences(saved, config):
-    """``{"part.field": (saved value, new value)}`` where two RunConfigs differ (compared as JSON)."""
-    before, after = (json.loads(json.dumps(c.to_json())) for c in (saved, config))
-    return {f"{part}.{name}": (before[part].get(name), after[part].get(name))
-            for part in before for name in sorted(set(before[part]) | set(after[part]))
-            if before[part].get(name) != after[part].get(name)}
-
-
-def check_resumable(saved, config, step, directory):
-    """Refuse to resume the checkpoint of ``saved`` (at ``step``) as ``config``; the changed overrides.
-
-    Returns:
-        ``config_differences(saved, config)``, all of them ``RESUME_OVERRIDES``.
-
-    Raises:
-        ValueError: a field other than ``RESUME_OVERRIDES`` differs (an edited ``config.json``, or
-            another run's configuration), named in the message; or ``steps`` below ``step``.
-    """
-    differences = config_differences(saved, config)
-    allowed = {f"train.{name}" for name in RESUME_OVERRIDES}
-    refused = {key: values for key, values in differences.items() if key not in allowed}
-    if refused:
-        listed = "; ".join(f"{key} is {new!r} here but {old!r} in the checkpoint" for key, (old, new) in refused.items())
-        raise ValueError(f"cannot resume {directory}: {listed}. A resume may change only "
-                         f"{', '.join('--' + n.replace('_', '-') for n in RESUME_OVERRIDES)}")
-    if config.train.steps < step:
-        raise ValueError(f"cannot resume {directory} with steps {config.train.steps}: its checkpoint is at step {step}")
-    return differences
-
-
-def load_checkpoint_file(path):
-    """A checkpoint's contents, loaded onto the CPU with ``weights_only=True`` (tensors and plain data
-    only). ``load_state_dict`` copies them to the device: a model's onto its parameters, an optimizer's
-    moments beside their parameters, while its step counts stay on the host (no read back per step).
-
-    Raises:
-        ValueError: the file holds a pickled object of another kind (it would run code to load), is
-            empty or cut short, or its step is not a count of steps (an int ≥ 0).
-    """
-    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory comes last
-        raise ValueError(f"{path} is not a whole checkpoint ({Path(path).stat().st_size} bytes: empty or cut short); "
-                         "restore it, or delete it to train the run from the start")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        raise ValueError(f"refusing to load {path}: it holds a pickled object, not only tensors and plain data, "
-                         f"and loading it could run code ({str(error).splitlines()[0]})") from None
-    step = state.get("step") if isinstance(state, dict) else None
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"{path} is not a checkpoint of this trainer: its step is {step!r}, not an int ≥ 0")
-    return state
-
-
 class Progress:
     """Training progress on ``stream``: a tqdm bar on a terminal (the training metrics and the last
     validation score beside it), otherwise one plain line per evaluation. Either way a first line says
@@ -888,21 +785,8 @@ def run(config, directory, argv=None):
         config.train, device=resolve_device(config.train.device)))
     check_memory(config)
     directory.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(directory / LOCK_FILE, blocking=False)
-    try:
-        with lock:
-            return _run_locked(config, directory, argv)
-    except filelock.Timeout:
-        raise ValueError(f"{directory} is in use: another process holds its lock {lock.lock_file}") from None
-
-
-def finished_record(directory, steps):
-    """``directory``'s ``final.json`` if it records a run that finished all of ``steps``, else None."""
-    path = Path(directory) / "final.json"
-    if not path.exists():
-        return None
-    final = json.loads(path.read_text())
-    return final if final.get("steps") == steps and "stopped" not in final else None
+    with holding_lock(directory):
+        return _run_locked(config, directory, argv)
 
 
 def _finished(directory, final):

@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_leaves
 import manifold_impl.manifolds
 import manifold_impl.validation
 from experiments import train
+from experiments.training import rundir
 from experiments.baselines import GPTLanguageModel, LSTMLanguageModel
 from manifold_impl.group_rnn import GroupRNN, GroupRNNLayer
 from manifold_impl.group_transformer import GroupTransformer
@@ -215,7 +216,7 @@ def _waits_of_a_run(model, steps, checkpoint=None):
     with tempfile.TemporaryDirectory() as directory:
         run = train.Run(directory, train.build_config(model, "lm", _fit_options(model, steps)))
         if checkpoint is not None:
-            run.load_checkpoint(train.load_checkpoint_file(checkpoint))
+            run.load_checkpoint(rundir.load_checkpoint_file(checkpoint))
         with HostWaits() as mode:
             run.fit()
     return mode.waits

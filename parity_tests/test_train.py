@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from experiments import train
+from experiments.training import rundir
 from experiments.models import build_model
 from reference.config import GroupRNNConfig
 from parity_tests.tolerances import RESUME_RTOL
@@ -462,7 +463,7 @@ def test_a_run_directory_in_use_is_refused(tmp_path):
     directory = short_run(tmp_path / "run", steps=2)
     with subprocess.Popen([sys.executable, "-c", "import sys, filelock; lock = filelock.FileLock(sys.argv[1]); "
                            "lock.acquire(); print('held', flush=True); sys.stdin.read()",
-                           str(directory / train.LOCK_FILE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           str(directory / rundir.LOCK_FILE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           text=True) as holder:
         try:
             assert holder.stdout.readline().strip() == "held"
@@ -499,12 +500,16 @@ def test_metrics_are_rewritten_atomically_on_resume(tmp_path, monkeypatch):
         handle.write(json.dumps({"step": 6}) + "\n")  # evaluated after the last checkpoint
     before = (directory / "metrics.jsonl").read_text()
 
+    renames = []
+
     def killed(*args):
+        renames.append(args)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train.os, "replace", killed)
+    monkeypatch.setattr(rundir.os, "replace", killed)  # the rename of rundir.atomic_write_bytes
     with pytest.raises(KeyboardInterrupt):
         train.main(["--resume", str(directory), "--steps", "6"])
+    assert renames and renames[0][1] == directory / "metrics.jsonl"  # the patch stopped that rename
     assert (directory / "metrics.jsonl").read_text() == before
     monkeypatch.undo()
     assert train.main(["--resume", str(directory), "--steps", "6"]) == 0

@@ -26,7 +26,8 @@ from experiments.cli import CommandParser
 from experiments.data import load_dataset
 from experiments.models import build_model
 from experiments.sweep_run import arm_of
-from experiments.train import RunConfig, load_checkpoint_file
+from experiments.train import RunConfig
+from experiments.training.rundir import load_checkpoint_file
 from manifold_impl.group_rnn import GroupRNN
 
 LAGS = 8

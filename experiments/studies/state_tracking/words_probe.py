@@ -24,7 +24,8 @@ from experiments.sweep_run import option_argv
 from experiments.studies.state_tracking.arms import WARMUP
 from experiments.tasks.base import split_generator
 from experiments.tasks.words import permutation_group, word_batch
-from experiments.train import RunConfig, load_checkpoint_file
+from experiments.train import RunConfig
+from experiments.training.rundir import load_checkpoint_file
 from experiments.train import main as train_main
 
 CELLS = ("S5", "A5")

@@ -1,0 +1,4 @@
+"""The training loop's parts, one idea a module; ``experiments.train`` is their command line.
+
+``rundir``: a run directory's files, its lock and the resume checks.
+"""
