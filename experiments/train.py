@@ -27,15 +27,15 @@ from experiments.params_budget import SEARCHABLE, count_parameters, size_to_budg
 from experiments.provenance import git_revision, write_provenance
 from experiments.sweeps import load_sweep
 from experiments.tasks import task_class, task_classes
+from experiments.training.optim import Optimizers, clip_and_step
 from experiments.training.rundir import (RESUME_OVERRIDES, append_line, atomic_save, atomic_write_text,
                                          check_resumable, finished_record, holding_lock,
                                          load_checkpoint_file)
 from experiments.tuning import with_chosen_rates
 from manifold_impl.group_rnn import GroupRNNCell
 from manifold_impl.losses import cross_entropy
-from manifold_impl.optim import RiemannianAdam
 from manifold_impl.validation import check_tokens
-from reference.config import GroupRNNConfig, map_lr_scales
+from reference.config import GroupRNNConfig
 
 SCHEDULES = ("constant", "cosine")
 # The TrainConfig fields a resume may change (``--resume DIR --steps 2000``): they decide how far and
@@ -270,110 +270,6 @@ def resolve_device(device):
     return device
 
 
-def map_lr_groups(model, map_lr):
-    """``[(scale, [W or U])]``: the maps of every group RNN cell in ``model`` whose learning rate
-    ``map_lr`` scales by a factor other than 1 (``reference.config.map_lr_scales``), one entry per
-    such map; empty for ``plain``, for models without a cell and for cells at O(16) or below."""
-    if map_lr == "plain":
-        return []
-    groups = []
-    for cell in model.modules():
-        if isinstance(cell, GroupRNNCell):
-            maps = (cell.input_map.weight, None if cell.state_map is None else cell.state_map.weight)
-            groups += [(scale, [weight]) for scale, weight in zip(map_lr_scales(cell.config), maps)
-                       if weight is not None and scale != 1.0]
-    return groups
-
-
-class Optimizers:
-    """AdamW on Euclidean parameters and RiemannianAdam on group-valued ones, stepped together.
-
-    With ``train.map_lr == "n_aware"`` each group RNN map whose rate is scaled (``map_lr_groups``)
-    is an AdamW parameter group of its own at ``scale · lr``; ``rates`` (``{parameter name: lr}``,
-    Euclidean parameters only) gives a parameter a rate of its own in the same way, in place of
-    ``map_lr``'s. The schedule multiplies every group's rate. Without such a parameter the
-    optimizers are the plain ones (one AdamW group).
-
-    ``capturable=True`` (``train.cuda_graphs``) builds both optimizers capturable: their step counts
-    and every group's rate are tensors on the parameters' device, which the schedule fills in place,
-    so one captured step replays every later one (``CapturedStep``). The schedule's
-    base rates stay floats, so it never reads a rate back.
-
-    Raises:
-        ValueError: ``rates`` names a parameter the model lacks or a group-valued one.
-    """
-
-    def __init__(self, model, train, rates=None, capturable=False):
-        group_valued = [p for p in model.parameters() if isinstance(p, geoopt.ManifoldParameter)]
-        named = dict(model.named_parameters())
-        rates = rates or {}
-        wrong = sorted(name for name in rates if name not in named or isinstance(named[name], geoopt.ManifoldParameter))
-        if wrong:
-            raise ValueError(f"rates name no Euclidean parameter of the model: {wrong}")
-        chosen = {id(named[name]) for name in rates}
-        scaled = [(scale * train.lr, params) for scale, params in map_lr_groups(model, train.map_lr)
-                  if not any(id(p) in chosen for p in params)]
-        scaled += [(rates[name], [p]) for name, p in named.items() if name in rates]
-        separate = {id(p) for _, params in scaled for p in params}
-        euclidean = [p for p in model.parameters()
-                     if not isinstance(p, geoopt.ManifoldParameter) and id(p) not in separate]
-        self.train, self.capturable = train, capturable
-        self.device, self.dtype = next(model.parameters()).device, getattr(torch, train.dtype)
-        param_groups = [{"params": euclidean}] + [{"params": params, "lr": lr} for lr, params in scaled]
-        self.optimizers = [torch.optim.AdamW(param_groups, lr=train.lr, weight_decay=train.weight_decay,
-                                             capturable=capturable)]
-        if group_valued:
-            self.optimizers.append(RiemannianAdam(group_valued, lr=train.lr, capturable=capturable))
-        self._place_rates()
-        self.schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda step: learning_rate_factor(train, step))
-                          for o in self.optimizers]
-
-    def _place_rates(self):
-        """Every group's ``lr``: a tensor of the parameters' real dtype on their device where capturable
-        (AdamW's fused arithmetic takes it as is), else a float; ``initial_lr`` (the schedule's base
-        rate) a float in both."""
-        for optimizer in self.optimizers:
-            for group in optimizer.param_groups:
-                rate = float(group["lr"])  # a read of a device tensor, at construction and loading only
-                group["lr"] = torch.tensor(rate, dtype=self.dtype, device=self.device) if self.capturable else rate
-                group["initial_lr"] = float(group.get("initial_lr", rate))
-
-    def step(self):
-        """Step the optimizers, then their schedules."""
-        self.step_optimizers()
-        self.step_schedules()
-
-    def step_optimizers(self):
-        for optimizer in self.optimizers:
-            optimizer.step()
-
-    def step_schedules(self):
-        for schedule in self.schedules:
-            schedule.step()
-
-    def zero_grad(self):
-        for optimizer in self.optimizers:
-            optimizer.zero_grad(set_to_none=True)
-
-    def state_dict(self):
-        return {"optimizers": [o.state_dict() for o in self.optimizers],
-                "schedules": [s.state_dict() for s in self.schedules]}
-
-    def load_state_dict(self, state):
-        """Load ``state_dict()``'s record, capturable or not (either resumes the other). The rates of
-        the next step are this schedule's at the saved step: the saved ones where ``train`` is
-        unchanged, and the new schedule's where a resume changed ``steps`` (a finished cosine run
-        saved a rate of 0, on which a capturable Adam divides)."""
-        for optimizer, saved in zip(self.optimizers, state["optimizers"]):
-            optimizer.load_state_dict(saved)
-        for optimizer, schedule, saved in zip(self.optimizers, self.schedules, state["schedules"]):
-            schedule.load_state_dict(saved)
-            factor = learning_rate_factor(self.train, schedule.last_epoch)
-            for group, base in zip(optimizer.param_groups, schedule.base_lrs):
-                group["lr"] = base * factor
-        self._place_rates()
-
-
 def _on_side_stream(function):
     """Run ``function`` on a new CUDA stream that waits for, and is waited for by, the current one."""
     stream = torch.cuda.Stream()
@@ -469,24 +365,6 @@ class CapturedStep:
 
     def _clip_and_step(self):
         clip_and_step(self.model, self.optimizers, self.clip)
-
-
-def clip_and_step(model, optimizers, clip):
-    """Clip the gradients of ``model`` to norm ``clip`` (none: no clipping) and step ``optimizers``
-    (``Optimizers``), not their schedules: what ``CapturedStep`` captures."""
-    if clip is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-    optimizers.step_optimizers()
-
-
-def learning_rate_factor(train, step):
-    """Multiplier of ``lr`` at ``step`` (0-based): linear warm-up, then constant or cosine to 0."""
-    if step < train.warmup:
-        return (step + 1) / train.warmup
-    if train.schedule == "constant":
-        return 1.0
-    progress = (step - train.warmup) / max(1, train.steps - train.warmup)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
 def compact_group_parameters(model):

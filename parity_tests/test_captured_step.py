@@ -18,9 +18,10 @@ import torch
 import manifold_impl.validation
 from experiments import train
 from experiments.models import build_model
+from experiments.training import optim
 from manifold_impl.group_rnn import GroupRNN
 from parity_tests.test_devices import ATTENTION_AND_BASELINES, GROUP_CHECK, GROUPS, TOKEN_CHECK, HostWaits, _read_at
-from reference.config import GroupRNNConfig
+from reference.config import GroupRNNConfig, map_lr_scales
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ TOKENS = torch.randint(0, 7, (3, 5), generator=torch.Generator().manual_seed(1))
 def _trained(capturable, steps, start=None):
     """A model and its optimizers after ``steps`` steps; from ``start`` (model and optimizer state) if given."""
     model = _model()
-    optimizers = train.Optimizers(model, TRAIN, capturable=capturable)
+    optimizers = optim.Optimizers(model, TRAIN, capturable=capturable)
     if start is not None:
         model.load_state_dict(start[0])
         optimizers.load_state_dict(start[1])
@@ -73,8 +74,8 @@ def test_capturable_optimizers_keep_their_rates_on_the_device_and_train_as_the_e
     (eager, eager_optimizers), (captured, captured_optimizers) = _trained(False, 5), _trained(True, 5)
     groups = [group for optimizer in captured_optimizers.optimizers for group in optimizer.param_groups]
     assert len(groups) == 4 and all(isinstance(group["lr"], torch.Tensor) for group in groups)
-    expected = [rate * train.learning_rate_factor(TRAIN, 5) for rate in (3e-3, *(s * 3e-3 for s in
-                train.map_lr_scales(CONFIG)), 3e-3)]
+    expected = [rate * optim.learning_rate_factor(TRAIN, 5) for rate in (3e-3, *(s * 3e-3 for s in
+                map_lr_scales(CONFIG)), 3e-3)]
     assert all(group["lr"].dtype == torch.float32 for group in groups)  # the parameters' dtype
     assert _rates(captured_optimizers) == pytest.approx(expected, rel=1e-7)
     assert _rates(eager_optimizers) == pytest.approx(expected, rel=1e-12)
@@ -101,7 +102,7 @@ def test_a_step_captured_on_a_device_never_makes_the_host_wait(capturable_anywhe
     After a first step (a warm-up: it puts the group's index tensors on the device), the same step
     uncaptured reads the two checks' verdicts (ids, parameters on their groups)."""
     model = _model("meta")
-    optimizers = train.Optimizers(model, TRAIN, capturable=True)
+    optimizers = optim.Optimizers(model, TRAIN, capturable=True)
     tokens = torch.zeros(3, 5, dtype=torch.long, device="meta")
     with HostWaits():
         _step(model, optimizers, tokens)
@@ -126,7 +127,7 @@ def test_every_model_steps_without_a_host_wait_while_captured(kind, capturable_a
     """Every group's RNN (fused recurrence), the attention models and the baselines: a training step
     with capturable optimizers, after a warm-up step, makes no host wait while a graph is captured."""
     model = CAPTURED_MODELS[kind](device="meta", generator=torch.Generator().manual_seed(0))
-    optimizers = train.Optimizers(model, TRAIN, capturable=True)
+    optimizers = optim.Optimizers(model, TRAIN, capturable=True)
     tokens = torch.zeros(3, 5, dtype=torch.long, device="meta")
     with HostWaits():
         _step(model, optimizers, tokens)
@@ -176,7 +177,7 @@ def _captured_run(directory, options, graphs, monkeypatch, warmup):
     monkeypatch.setattr(train, "_capture", graphs.capture)
     monkeypatch.setattr(train, "_on_side_stream", graphs.side_stream)
     run = train.Run(directory, train.build_config("group_rnn", "lm", options))
-    run.optimizers = train.Optimizers(run.model, run.train, capturable=True)
+    run.optimizers = optim.Optimizers(run.model, run.train, capturable=True)
     run.captured = train.CapturedStep(run.model, run.training_loss, run.optimizers, run.train.clip, warmup=warmup)
     return run
 
@@ -194,7 +195,7 @@ def test_a_captured_run_trains_as_the_eager_one_bit_for_bit(capturable_anywhere,
     captured = _captured_run(tmp_path / "captured", options, graphs, monkeypatch, warmup=2)
     captured.fit()
     eager = train.Run(tmp_path / "eager", train.build_config("group_rnn", "lm", options))
-    eager.optimizers = train.Optimizers(eager.model, eager.train, capturable=True)
+    eager.optimizers = optim.Optimizers(eager.model, eager.train, capturable=True)
     eager.fit()
     assert graphs.counts == {"captures": 2, "replays": 8, "side-stream runs": 4}
     for name, value in eager.model.state_dict().items():
@@ -239,13 +240,13 @@ def test_a_finished_run_resumed_for_more_steps_follows_the_new_schedule(capturab
     embedding's unseen rows)."""
     def make(steps):
         run = train.Run(tmp_path, train.build_config("group_rnn", "lm", {**RUN_OPTIONS, "steps": steps, "device": "cpu"}))
-        run.optimizers = train.Optimizers(run.model, run.train, capturable=capturable)
+        run.optimizers = optim.Optimizers(run.model, run.train, capturable=capturable)
         return run
 
     make(4).fit()
     resumed = make(6)
     resumed.load_checkpoint()
-    assert _rates(resumed.optimizers) == pytest.approx([1e-3 * train.learning_rate_factor(resumed.train, 4)] * 2)
+    assert _rates(resumed.optimizers) == pytest.approx([1e-3 * optim.learning_rate_factor(resumed.train, 4)] * 2)
     resumed.fit()
     assert all(torch.isfinite(value).all() for value in resumed.model.state_dict().values())
 

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from experiments.studies.noisy_recall.train import main
-from experiments.train import TrainConfig, build_config, learning_rate_factor
+from experiments.train import TrainConfig, build_config
+from experiments.training.optim import learning_rate_factor
 
 TINY = ["--vocab-size", "24", "--length", "16", "--steps", "4", "--batch", "4", "--valid-sequences", "6",
         "--eval-every", "2"]

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from experiments import train
-from experiments.training import rundir
 from experiments.models import build_model
+from experiments.training import optim, rundir
 from reference.config import GroupRNNConfig
 from parity_tests.tolerances import RESUME_RTOL
 
@@ -231,11 +231,11 @@ def test_help_lists_every_option_of_the_configs_with_its_type_and_default(argv, 
 
 def test_learning_rate_schedule():
     config = train.TrainConfig(model="group_rnn", steps=10, warmup=2, schedule="cosine")
-    factors = [train.learning_rate_factor(config, step) for step in range(10)]
+    factors = [optim.learning_rate_factor(config, step) for step in range(10)]
     assert factors[:2] == [0.5, 1.0] and factors[2] == 1.0 and factors[-1] < 0.05
     assert all(a >= b for a, b in zip(factors[1:], factors[2:]))
     constant = train.TrainConfig(model="group_rnn", steps=10, schedule="constant")
-    assert {train.learning_rate_factor(constant, step) for step in range(10)} == {1.0}
+    assert {optim.learning_rate_factor(constant, step) for step in range(10)} == {1.0}
 
 
 def test_a_preset_run_trains_with_overrides(tmp_path):
@@ -657,7 +657,7 @@ def test_the_best_validation_model_is_kept_and_tested(tmp_path, monkeypatch):
 def test_a_non_finite_loss_stops_the_run_and_the_best_finite_model_is_tested(tmp_path, monkeypatch):
     """A NaN poisoned into the embedding after step 3 makes step 4's loss NaN: the run stops there, logs a last
     (NaN) evaluation, and tests its best finite checkpoint (step 2), the same model a 2-step run tests."""
-    step = train.Optimizers.step_optimizers
+    step = optim.Optimizers.step_optimizers
 
     def poisoned_after_three(self):
         step(self)
@@ -669,9 +669,9 @@ def test_a_non_finite_loss_stops_the_run_and_the_best_finite_model_is_tested(tmp
     poisoned_after_three.calls = 0
     options = {"dataset": "ptb_char", "hidden_size": 8, "steps": 6, "batch": 2, "length": 8, "eval_every": 2,
                "checkpoint_every": 2, "eval_tokens": 200, "schedule": "constant"}
-    monkeypatch.setattr(train.Optimizers, "step_optimizers", poisoned_after_three)
+    monkeypatch.setattr(optim.Optimizers, "step_optimizers", poisoned_after_three)
     final = train.run(train.build_config("lstm", "lm", options), tmp_path / "poisoned")
-    monkeypatch.setattr(train.Optimizers, "step_optimizers", step)
+    monkeypatch.setattr(optim.Optimizers, "step_optimizers", step)
     assert final["stopped"] == "training loss not finite at step 4" and final["steps"] == 3
     logged = metrics(tmp_path / "poisoned")
     assert [m["step"] for m in logged] == [2, 3] and logged[-1]["stopped"] == final["stopped"]
@@ -692,5 +692,5 @@ def test_the_group_transformer_study_command_rebuilds_its_committed_config():
     task = args.task or "lm"  # as train.main: the default task
     built = train.build_config(args.model, task, train.parse_options(args.model, task, rest))
     committed = train.RunConfig.from_json(json.loads((folder / "config.json").read_text()))
-    assert train.map_lr_groups(build_model(built.model, device="meta"), built.train.map_lr) == []
+    assert optim.map_lr_groups(build_model(built.model, device="meta"), built.train.map_lr) == []
     assert dataclasses.replace(built, train=dataclasses.replace(built.train, map_lr="plain")) == committed

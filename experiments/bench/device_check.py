@@ -29,6 +29,7 @@ from experiments.bench.compiled_step import compiled_step
 from experiments.bench.group_rnn import lstm_matched_cases, matched_contenders
 from experiments.bench.timing import alternate, machine_record
 from experiments.cli import CommandParser
+from experiments.training import optim
 from manifold_impl.group_rnn import GroupRNN
 from manifold_impl.groups import get_group
 from manifold_impl.losses import cross_entropy
@@ -117,9 +118,9 @@ def captured_training_step(config, device, warmup=train.CAPTURE_WARMUP):
     """``(model, step)``: a fresh group RNN of ``config`` on ``device``, and ``step(tokens)``, one
     training step of it on ``tokens`` (``[batch, length + 1]`` on the host, the same shape at every
     call) as ``train --cuda-graphs`` runs it: ``train.CapturedStep`` with capturable
-    ``train.Optimizers`` (lr 1e-3, clip 1), its first ``warmup`` calls eager, the next captured."""
+    ``optim.Optimizers`` (lr 1e-3, clip 1), its first ``warmup`` calls eager, the next captured."""
     model = GroupRNN(config, device=device, generator=torch.Generator().manual_seed(0))
-    optimizers = train.Optimizers(model, train.TrainConfig(model="group_rnn", steps=10**6), capturable=True)
+    optimizers = optim.Optimizers(model, train.TrainConfig(model="group_rnn", steps=10**6), capturable=True)
 
     def loss(inputs, targets):
         logits, _ = model(inputs)
