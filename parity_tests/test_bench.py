@@ -8,6 +8,7 @@ import torch
 from experiments import train
 from experiments.bench.__main__ import main
 from experiments.bench.timing import alternate, row
+from experiments.training import cuda_graphs
 from parity_tests.test_captured_step import Graphs, capturable_anywhere  # noqa: F401 (a fixture)
 from reference.config import GROUP_NAMES, GroupRNNConfig
 
@@ -176,8 +177,8 @@ def test_the_device_check_times_and_compares_training_steps_from_cuda_graphs(cap
     from experiments.bench import device_check
 
     graphs = Graphs()
-    monkeypatch.setattr(train, "_capture", graphs.capture)
-    monkeypatch.setattr(train, "_on_side_stream", graphs.side_stream)
+    monkeypatch.setattr(cuda_graphs, "capture", graphs.capture)
+    monkeypatch.setattr(cuda_graphs, "on_side_stream", graphs.side_stream)
     rows = [device_check.captured_training_steps(group, torch.device("cpu")) for group in ("O", "U", "BO")]
     assert rows == [{"group": group, "max_difference": 0.0, "eager_difference": 0.0, "error": None}
                     for group in ("O", "U", "BO")]

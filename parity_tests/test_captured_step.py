@@ -1,4 +1,4 @@
-"""A training step captured in CUDA graphs (``experiments.train.CapturedStep``), checked on the CPU:
+"""A training step captured in CUDA graphs (``experiments.cuda_graphs.CapturedStep``), checked on the CPU:
 capturable optimizers that train as the eager ones and resume each other, a step that never makes
 the host wait while it is captured (the meta device standing in for CUDA, as in ``test_devices``),
 and the captured run's bookkeeping (warm-up, capture, replays) with the graphs replaced by calls.
@@ -18,7 +18,7 @@ import torch
 import manifold_impl.validation
 from experiments import train
 from experiments.models import build_model
-from experiments.training import optim
+from experiments.training import cuda_graphs, optim
 from manifold_impl.group_rnn import GroupRNN
 from parity_tests.test_devices import ATTENTION_AND_BASELINES, GROUP_CHECK, GROUPS, TOKEN_CHECK, HostWaits, _read_at
 from reference.config import GroupRNNConfig, map_lr_scales
@@ -173,12 +173,12 @@ class Graphs:
 
 
 def _captured_run(directory, options, graphs, monkeypatch, warmup):
-    """A ``train.Run`` whose steps ``train.CapturedStep`` runs from ``graphs``."""
-    monkeypatch.setattr(train, "_capture", graphs.capture)
-    monkeypatch.setattr(train, "_on_side_stream", graphs.side_stream)
+    """A ``train.Run`` whose steps ``cuda_graphs.CapturedStep`` runs from ``graphs``."""
+    monkeypatch.setattr(cuda_graphs, "capture", graphs.capture)
+    monkeypatch.setattr(cuda_graphs, "on_side_stream", graphs.side_stream)
     run = train.Run(directory, train.build_config("group_rnn", "lm", options))
     run.optimizers = optim.Optimizers(run.model, run.train, capturable=True)
-    run.captured = train.CapturedStep(run.model, run.training_loss, run.optimizers, run.train.clip, warmup=warmup)
+    run.captured = cuda_graphs.CapturedStep(run.model, run.training_loss, run.optimizers, run.train.clip, warmup=warmup)
     return run
 
 
@@ -273,5 +273,5 @@ def test_a_captured_step_makes_the_host_wait_once_for_the_loss(capturable_anywhe
             with HostWaits() as mode:
                 run.fit()
         waits.append(mode.waits)
-    loss_read = _read_at(train, "return self.loss.item()")
+    loss_read = _read_at(cuda_graphs, "return self.loss.item()")
     assert waits[1] - waits[0] == collections.Counter({loss_read: 2}), waits

@@ -8,7 +8,7 @@
   against ``nn.LSTM`` at matched parameters (cuDNN on CUDA); a step that fails is its row's error.
 * Replays against eager steps, per group: a capturable ``RiemannianAdam`` step captured in a CUDA
   graph (the same bits expected; off CUDA replayed uncaptured), and on CUDA whole training steps
-  (``train.CapturedStep``: no further from eager than eager runs are from each other).
+  (``cuda_graphs.CapturedStep``: no further from eager than eager runs are from each other).
 
 Saves ``--out``/``device_check.json`` after every measurement (a stopped run keeps what it measured)
 and prints a short table last (``--parity``: a file of ``label pass|FAIL`` lines, summarized first).
@@ -29,7 +29,7 @@ from experiments.bench.compiled_step import compiled_step
 from experiments.bench.group_rnn import lstm_matched_cases, matched_contenders
 from experiments.bench.timing import alternate, machine_record
 from experiments.cli import CommandParser
-from experiments.training import optim
+from experiments.training import cuda_graphs, optim
 from manifold_impl.group_rnn import GroupRNN
 from manifold_impl.groups import get_group
 from manifold_impl.losses import cross_entropy
@@ -114,10 +114,10 @@ def compiled_contender(config, tokens, backend, device):
     return {"step": step, "backend": backend, "compile_seconds": time.perf_counter() - start}
 
 
-def captured_training_step(config, device, warmup=train.CAPTURE_WARMUP):
+def captured_training_step(config, device, warmup=cuda_graphs.CAPTURE_WARMUP):
     """``(model, step)``: a fresh group RNN of ``config`` on ``device``, and ``step(tokens)``, one
     training step of it on ``tokens`` (``[batch, length + 1]`` on the host, the same shape at every
-    call) as ``train --cuda-graphs`` runs it: ``train.CapturedStep`` with capturable
+    call) as ``train --cuda-graphs`` runs it: ``cuda_graphs.CapturedStep`` with capturable
     ``optim.Optimizers`` (lr 1e-3, clip 1), its first ``warmup`` calls eager, the next captured."""
     model = GroupRNN(config, device=device, generator=torch.Generator().manual_seed(0))
     optimizers = optim.Optimizers(model, train.TrainConfig(model="group_rnn", steps=10**6), capturable=True)
@@ -126,7 +126,7 @@ def captured_training_step(config, device, warmup=train.CAPTURE_WARMUP):
         logits, _ = model(inputs)
         return cross_entropy(logits, targets)
 
-    captured = train.CapturedStep(model, loss, optimizers, clip=1.0, warmup=warmup)
+    captured = cuda_graphs.CapturedStep(model, loss, optimizers, clip=1.0, warmup=warmup)
 
     def step(tokens):
         captured.backward(tokens[:, :-1], tokens[:, 1:])
@@ -141,7 +141,7 @@ def captured_contender(config, tokens, device):
     start = time.perf_counter()
     try:
         _, step = captured_training_step(config, device)
-        for _ in range(train.CAPTURE_WARMUP + 1):
+        for _ in range(cuda_graphs.CAPTURE_WARMUP + 1):
             step(tokens)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -180,15 +180,9 @@ def replayable(step, device):
     if device.type != "cuda":
         step()
         return step
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return graph.replay
+    with torch.cuda.device(device):
+        cuda_graphs.on_side_stream(step)
+        return cuda_graphs.capture(step)
 
 
 def captured_optimizer_steps(group, device, steps=5):
