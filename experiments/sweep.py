@@ -107,15 +107,17 @@ def _run_on_ray(pending, out, threads):
 EXECUTORS = ("local", "ray")
 
 
-def _run_stage(runs, out, record, workers, executor, known=None):
+def _run_stage(runs, out, record, workers, executor, known=None, threads=None):
     """Run the pending ``runs`` into ``out``; write ``out/<record>`` and return ``{name: status}``
-    (``known``: statuses decided without running). A stage that trains nothing leaves an existing
-    record as it is, so re-running a finished sweep changes no file."""
+    (``known``: statuses decided without running; ``threads``: torch threads per run, default the
+    cores shared out among the workers). A stage that trains nothing leaves an existing record as it
+    is, so re-running a finished sweep changes no file."""
     out.mkdir(parents=True, exist_ok=True)
     status = {**(known or {}), **{run.name: {"name": run.name, "status": "skipped (complete)"} for run in runs
                                   if (out / run.name / "final.json").exists()}}
     pending = [run for run in runs if run.name not in status]
-    threads = max(1, (os.cpu_count() or 1) // workers)  # no oversubscription: it slows torch manyfold
+    if threads is None:
+        threads = max(1, (os.cpu_count() or 1) // workers)  # no oversubscription: it slows torch manyfold
     results = _run_on_ray(pending, out, threads) if executor == "ray" else _run_on_pool(pending, out, workers, threads)
     status.update({result["name"]: result for result in results})
     status = {name: status[name] for name in [*(known or {}), *(run.name for run in runs)]}
@@ -124,7 +126,7 @@ def _run_stage(runs, out, record, workers, executor, known=None):
     return status
 
 
-def _settle_rates(runs, recipe, chosen, out, record, workers, executor):
+def _settle_rates(runs, recipe, chosen, out, record, workers, executor, threads=None):
     """Reuse full-length search runs, and with ``recipe.stability_margin`` train each arm's first run
     until its rate is settled (``experiments.tuning.settle_rates``); returns ``{name: status}`` of the
     first runs trained (the last attempt of each)."""
@@ -137,13 +139,15 @@ def _settle_rates(runs, recipe, chosen, out, record, workers, executor):
         first = [run for run in tuning.settle_rates(runs, recipe, chosen, out) if arm_of(run.name) not in failed]
         if not first:
             return trained
-        trained.update(_run_stage(first, out, record, workers, executor))
+        trained.update(_run_stage(first, out, record, workers, executor, threads=threads))
 
 
-def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
+def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local", threads=None):
     """Run every pending run of ``sweep`` (a preset, module or file); returns ``{name: status}``.
 
     ``executor``: ``local`` (a process pool of ``workers``) or ``ray`` (see the module docstring).
+    ``threads``: torch threads per run (default: the machine's cores divided among the workers; give
+    fewer where other work shares the machine, whose threads would otherwise contend with the runs').
     A sweep with ``TUNING`` first runs its learning-rate search in ``out/tune`` and trains each arm
     at its chosen rate (``experiments.tuning``); an arm whose search has no finished run fails.
 
@@ -161,9 +165,9 @@ def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
     record, known = {"file": f"sweep-{loaded.name}.json", "source": loaded.source}, {}
     if loaded.tuning is not None:
         search = tuning.tuning_runs(runs, loaded.tuning)
-        _run_stage(search, out / "tune", record, workers, executor)
+        _run_stage(search, out / "tune", record, workers, executor, threads=threads)
         chosen = tuning.choose_rates(runs, loaded.tuning, out / "tune")
-        known = _settle_rates(runs, loaded.tuning, chosen, out, record, workers, executor)
+        known = _settle_rates(runs, loaded.tuning, chosen, out, record, workers, executor, threads)
         runs, untuned = tuning.with_chosen_rates(runs, chosen)
         failed = {arm_of(name) for name, result in known.items() if result["status"] == "failed"}
         known.update({run.name: {"name": run.name, "status": "failed", "error": "the first run of its arm failed"}
@@ -171,7 +175,7 @@ def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local"):
         runs = [run for run in runs if run.name not in known]
         known.update({name: {"name": name, "status": "failed", "error": "no learning-rate search run of its arm finished"}
                       for name in untuned})
-    status = _run_stage(runs, out, record, workers, executor, known)
+    status = _run_stage(runs, out, record, workers, executor, known, threads)
     return {run.name: status[run.name] for run in loaded.runs}
 
 
@@ -205,14 +209,18 @@ def main(argv=None):
     parser.add_argument("sweep", help=f"a sweep file or module, or a preset: {', '.join(sorted(PRESETS))}")
     parser.add_argument("--out", type=Path, default=None, help="the sweep's directory (default: runs/<sweep>; a study's committed results only when named here)")
     parser.add_argument("--workers", type=int, default=2, help="runs trained at once")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per run (default: the cores divided among the workers)")
     parser.add_argument("--allow-cpu", action="store_true", help="start a sweep that asks for CUDA on the CPU")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
                         help="local process pool, or a Ray cluster (RAY_ADDRESS, else a local one)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
     with parser.refusals(FileNotFoundError, RuntimeError):  # an unknown sweep, or no CUDA: before any run
-        status = run_sweep(args.sweep, args.out, args.workers, args.allow_cpu, args.executor)
+        status = run_sweep(args.sweep, args.out, args.workers, args.allow_cpu, args.executor, args.threads)
     failed = [name for name, s in status.items() if s["status"] == "failed"]
     print(json.dumps({"runs": len(status), "failed": failed}))
     return 1 if failed else 0

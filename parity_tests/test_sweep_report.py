@@ -536,3 +536,24 @@ def test_a_resumed_runs_train_time_sums_its_parts_and_the_report_says_it_was_res
     assert train.main(["--resume", str(run), "--steps", "6"]) == 0
     assert json.loads((run / "final.json").read_text())["train_seconds"] > 1000.0
     assert "| lstm | 1 (1 resumed) |" in report(tmp_path / "sweep")
+
+
+def test_threads_per_run_default_to_the_cores_shared_out_and_take_the_given_count(tmp_path, monkeypatch):
+    """``--threads`` reaches the pool that starts the runs; without it each run gets cores // workers."""
+    import experiments.sweep
+
+    sweep = tmp_path / "few.py"
+    sweep.write_text(SWEEP)
+    seen = []
+
+    def pool(pending, out, workers, threads):
+        seen.append((workers, threads))
+        return [{"name": run.name, "status": "done"} for run in pending]
+
+    monkeypatch.setattr(experiments.sweep, "_run_on_pool", pool)
+    monkeypatch.setattr(experiments.sweep.os, "cpu_count", lambda: 8)
+    run_sweep(sweep, tmp_path / "a", workers=2)
+    run_sweep(sweep, tmp_path / "b", workers=2, threads=1)
+    assert seen == [(2, 4), (2, 1)]
+    with pytest.raises(SystemExit):
+        experiments.sweep.main([str(sweep), "--out", str(tmp_path / "c"), "--threads", "0"])
