@@ -19,6 +19,7 @@ from experiments import train, tuning
 from experiments.cli import CommandParser
 from experiments.sweep_run import arm_of
 from experiments.sweeps import PRESETS, load_sweep
+from experiments.training.config import build_config
 
 
 def _set_threads(count):
@@ -30,7 +31,7 @@ def execute(run, directory):
     directory = Path(directory)
     try:
         if not (directory / "final.json").exists():  # it may have finished (by another process) since listed
-            train.run(train.build_config(run.model, run.task, run.options), directory)
+            train.run(build_config(run.model, run.task, run.options), directory)
         (directory / "error.txt").unlink(missing_ok=True)  # an earlier attempt's failure, now stale
         return {"name": run.name, "status": "done"}
     except Exception:  # noqa: BLE001 - one failing run must not stop the sweep

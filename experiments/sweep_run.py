@@ -14,7 +14,7 @@ class SweepRun:
     """A run named ``name``: ``model`` trained on ``task`` with ``options``, a dict of config fields.
 
     ``options`` map field names of the training, task or model config to their values, typed
-    (``{"dataset": "ptb_char", "n": 16, "lr": 1e-3}``); ``experiments.train.build_config`` splits
+    (``{"dataset": "ptb_char", "n": 16, "lr": 1e-3}``); ``experiments.training.config.build_config`` splits
     and validates them.
     """
 

@@ -19,6 +19,7 @@ import manifold_impl.validation
 from experiments import train
 from experiments.models import build_model
 from experiments.training import cuda_graphs, optim
+from experiments.training.config import TrainConfig, build_config
 from manifold_impl.group_rnn import GroupRNN
 from parity_tests.test_devices import ATTENTION_AND_BASELINES, GROUP_CHECK, GROUPS, TOKEN_CHECK, HostWaits, _read_at
 from reference.config import GroupRNNConfig, map_lr_scales
@@ -32,7 +33,7 @@ def capturable_anywhere(monkeypatch):
 
 # O(30): the maps get rates of their own (n-aware), so AdamW has three groups; the prototypes are group-valued
 CONFIG = GroupRNNConfig(vocab_size=7, group="O", n=30, embedding_dim=5, readout="prototype")
-TRAIN = train.TrainConfig(model="group_rnn", steps=8, warmup=2, lr=3e-3, weight_decay=0.1)
+TRAIN = TrainConfig(model="group_rnn", steps=8, warmup=2, lr=3e-3, weight_decay=0.1)
 
 
 def _model(device="cpu"):
@@ -139,16 +140,16 @@ def test_every_model_steps_without_a_host_wait_while_captured(kind, capturable_a
 
 def test_cuda_graphs_need_a_cuda_device_and_the_eager_step():
     for device in ("cuda", "cuda:1"):
-        assert train.TrainConfig(model="lstm", device=device, cuda_graphs=True).cuda_graphs
+        assert TrainConfig(model="lstm", device=device, cuda_graphs=True).cuda_graphs
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        train.TrainConfig(model="lstm", cuda_graphs=True)
+        TrainConfig(model="lstm", cuda_graphs=True)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="got device 'auto' on a machine without CUDA"):
-            train.TrainConfig(model="lstm", device="auto", cuda_graphs=True)
+            TrainConfig(model="lstm", device="auto", cuda_graphs=True)
     with pytest.raises(ValueError, match="choose compile or cuda_graphs"):
-        train.TrainConfig(model="lstm", device="cuda", cuda_graphs=True, compile="inductor")
+        TrainConfig(model="lstm", device="cuda", cuda_graphs=True, compile="inductor")
     with pytest.raises(ValueError, match="true or false"):
-        train.TrainConfig(model="lstm", device="cuda", cuda_graphs="yes")
+        TrainConfig(model="lstm", device="cuda", cuda_graphs="yes")
 
 
 class Graphs:
@@ -176,7 +177,7 @@ def _captured_run(directory, options, graphs, monkeypatch, warmup):
     """A ``train.Run`` whose steps ``cuda_graphs.CapturedStep`` runs from ``graphs``."""
     monkeypatch.setattr(cuda_graphs, "capture", graphs.capture)
     monkeypatch.setattr(cuda_graphs, "on_side_stream", graphs.side_stream)
-    run = train.Run(directory, train.build_config("group_rnn", "lm", options))
+    run = train.Run(directory, build_config("group_rnn", "lm", options))
     run.optimizers = optim.Optimizers(run.model, run.train, capturable=True)
     run.captured = cuda_graphs.CapturedStep(run.model, run.training_loss, run.optimizers, run.train.clip, warmup=warmup)
     return run
@@ -194,7 +195,7 @@ def test_a_captured_run_trains_as_the_eager_one_bit_for_bit(capturable_anywhere,
     graphs = Graphs()
     captured = _captured_run(tmp_path / "captured", options, graphs, monkeypatch, warmup=2)
     captured.fit()
-    eager = train.Run(tmp_path / "eager", train.build_config("group_rnn", "lm", options))
+    eager = train.Run(tmp_path / "eager", build_config("group_rnn", "lm", options))
     eager.optimizers = optim.Optimizers(eager.model, eager.train, capturable=True)
     eager.fit()
     assert graphs.counts == {"captures": 2, "replays": 8, "side-stream runs": 4}
@@ -239,7 +240,7 @@ def test_a_finished_run_resumed_for_more_steps_follows_the_new_schedule(capturab
     rate (a capturable Adam given 0 divides by it: NaN where a second moment is 0, as in the
     embedding's unseen rows)."""
     def make(steps):
-        run = train.Run(tmp_path, train.build_config("group_rnn", "lm", {**RUN_OPTIONS, "steps": steps, "device": "cpu"}))
+        run = train.Run(tmp_path, build_config("group_rnn", "lm", {**RUN_OPTIONS, "steps": steps, "device": "cpu"}))
         run.optimizers = optim.Optimizers(run.model, run.train, capturable=capturable)
         return run
 

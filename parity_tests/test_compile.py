@@ -194,12 +194,13 @@ def test_a_run_with_compile_takes_the_eager_runs_steps(tmp_path):
     """``--compile aot_eager``: the same parameters after three steps of ``Run.fit`` as eager, bit for
     bit; an unknown backend is refused with the choices."""
     from experiments import train
+    from experiments.training.config import build_config
 
     torch._dynamo.reset()
     options = {"dataset": "ptb_char", "group": "O", "n": 4, "embedding_dim": 4, "steps": 3, "batch": 2,
                "length": 6, "eval_tokens": 16, "eval_every": 3, "compile": "aot_eager"}
-    compiled = train.Run(tmp_path / "compiled", train.build_config("group_rnn", "lm", options))
-    eager = train.Run(tmp_path / "eager", train.build_config("group_rnn", "lm", {**options, "compile": None}))
+    compiled = train.Run(tmp_path / "compiled", build_config("group_rnn", "lm", options))
+    eager = train.Run(tmp_path / "eager", build_config("group_rnn", "lm", {**options, "compile": None}))
     for run in (compiled, eager):
         run.directory.mkdir()
         run.fit()
@@ -209,4 +210,4 @@ def test_a_run_with_compile_takes_the_eager_runs_steps(tmp_path):
                                      strict=True):
         assert torch.equal(got, expected), name
     with pytest.raises(ValueError, match="unknown compile backend 'inductr'.*inductor"):
-        train.build_config("group_rnn", "lm", {**options, "compile": "inductr"})
+        build_config("group_rnn", "lm", {**options, "compile": "inductr"})

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from experiments import train
+from experiments.models import build_model
 from experiments.studies.charlm_v2 import context_probe
 from experiments.studies.charlm_v2.context_probe import position_bins, probe, probe_accuracy, readout_bits, readout_inputs
-from experiments.models import build_model
+from experiments.training.config import build_config
 
 TINY = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eval_every": 2, "eval_tokens": 64,
         "checkpoint_every": 2}
@@ -19,7 +20,7 @@ TINY = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eva
                                             ("group_rnn", {"group": "T", "n": 3, "embedding_dim": 5}),
                                             ("lstm", {"hidden_size": 6})])
 def test_the_probe_reads_the_vector_the_logits_are_affine_in(model, options):
-    config = train.build_config(model, "lm", {**TINY, **options}).model
+    config = build_config(model, "lm", {**TINY, **options}).model
     network = build_model(config, dtype=torch.float64)
     tokens = torch.randint(0, config.vocab_size, (3, 20), generator=torch.Generator().manual_seed(0))
     features = readout_inputs(network, tokens)[0].reshape(60, -1).numpy()
@@ -51,7 +52,7 @@ def test_the_probe_accuracy_is_one_for_an_encoded_target_and_chance_for_noise():
 def test_the_probe_runs_on_finished_runs_and_writes_its_record(tmp_path):
     for name, model, options in (("rnn-O-seed0", "group_rnn", {"group": "O", "n": 4, "embedding_dim": 5}),
                                  ("lstm-seed0", "lstm", {"hidden_size": 6})):
-        train.run(train.build_config(model, "lm", {**TINY, **options}), tmp_path / name)
+        train.run(build_config(model, "lm", {**TINY, **options}), tmp_path / name)
     sizes = {"windows": 16, "length": 24, "burn_in": 8, "readout_windows": 32, "steps": 30}
     record = probe([tmp_path / "rnn-O-seed0", tmp_path / "lstm-seed0"], tmp_path / "probe", **sizes)
     saved = json.loads((tmp_path / "probe" / "context_probe.json").read_text())
@@ -74,7 +75,7 @@ def test_positions_are_averaged_over_doubling_bins():
 
 
 def test_windows_on_which_the_model_is_not_finite_are_dropped_and_counted(monkeypatch):
-    network = build_model(train.build_config("lstm", "lm", {**TINY, "hidden_size": 6}).model, dtype=torch.float64)
+    network = build_model(build_config("lstm", "lm", {**TINY, "hidden_size": 6}).model, dtype=torch.float64)
 
     def runs_away_after_a_zero(model, tokens):  # as a GL state does on a few windows
         features, logits = readout_inputs(model, tokens)

@@ -24,8 +24,9 @@ from torch.utils._pytree import tree_leaves
 import manifold_impl.manifolds
 import manifold_impl.validation
 from experiments import train
-from experiments.training import rundir
 from experiments.baselines import GPTLanguageModel, LSTMLanguageModel
+from experiments.training import rundir
+from experiments.training.config import build_config
 from manifold_impl.group_rnn import GroupRNN, GroupRNNLayer
 from manifold_impl.group_transformer import GroupTransformer
 from manifold_impl.groups import get_group
@@ -214,7 +215,7 @@ def _waits_of_a_run(model, steps, checkpoint=None):
     """Host waits of ``Run.fit`` on the meta device for ``steps`` steps and one evaluation, the last;
     with ``checkpoint``, resumed from that file."""
     with tempfile.TemporaryDirectory() as directory:
-        run = train.Run(directory, train.build_config(model, "lm", _fit_options(model, steps)))
+        run = train.Run(directory, build_config(model, "lm", _fit_options(model, steps)))
         if checkpoint is not None:
             run.load_checkpoint(rundir.load_checkpoint_file(checkpoint))
         with HostWaits() as mode:
@@ -238,7 +239,7 @@ def test_a_training_step_makes_the_host_wait_at_most_twice(model):
 def test_a_resumed_run_makes_the_host_wait_as_often_as_a_fresh_one(model, tmp_path):
     """A run trained on the CPU to step 2 and resumed on the device for 2 more steps waits like the
     first 2 steps of a fresh run: the optimizers' step counts stay on the host, where AdamW reads them."""
-    run = train.Run(tmp_path, train.build_config(model, "lm", _fit_options(model, 2, device="cpu")))
+    run = train.Run(tmp_path, build_config(model, "lm", _fit_options(model, 2, device="cpu")))
     run.fit()
     assert run.checkpoint_path.exists()
     assert _waits_of_a_run(model, 4, run.checkpoint_path) == _waits_of_a_run(model, 2)
@@ -250,7 +251,7 @@ def test_an_evaluation_makes_the_host_wait_no_more_for_longer_windows(model):
     waits = []
     for length in (4, 12):
         with tempfile.TemporaryDirectory() as directory:
-            run = train.Run(directory, train.build_config(model, "lm", _fit_options(model, 2, length=length)))
+            run = train.Run(directory, build_config(model, "lm", _fit_options(model, 2, length=length)))
             with HostWaits():  # the first call puts the group's index tensors on the device
                 run.evaluate("valid")
             with HostWaits() as mode:

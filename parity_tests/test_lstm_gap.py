@@ -5,7 +5,7 @@ from experiments.params_budget import TOLERANCE, parameter_count
 from experiments.studies.lstm_gap import screen
 from experiments.sweep_run import arm_of
 from experiments.sweeps import load_sweep
-from experiments.train import build_config
+from experiments.training.config import build_config
 
 
 def test_the_screen_searches_every_arm_on_the_decided_grid_at_full_length():

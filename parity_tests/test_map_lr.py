@@ -10,6 +10,7 @@ import torch
 from experiments import train
 from experiments.models import build_model
 from experiments.training import optim
+from experiments.training.config import RunConfig, TrainConfig, build_config
 from manifold_impl.optim import RiemannianAdam
 from reference.config import GroupRNNConfig, map_lr_scales
 
@@ -57,7 +58,7 @@ def _cosine_factor(step, warmup, steps):  # the schedule written out: linear war
 
 def test_the_optimizer_gives_each_scaled_map_its_rate_at_every_schedule_step():
     model = _model(30)
-    config = train.TrainConfig(model="group_rnn", steps=10, warmup=2, lr=2e-3, schedule="cosine")
+    config = TrainConfig(model="group_rnn", steps=10, warmup=2, lr=2e-3, schedule="cosine")
     optimizers = optim.Optimizers(model, config)
     adamw = optimizers.optimizers[0]
     w, u = model.cell.input_map.weight, model.cell.state_map.weight
@@ -78,7 +79,7 @@ def test_the_optimizer_gives_each_scaled_map_its_rate_at_every_schedule_step():
 def test_the_first_step_moves_each_map_by_its_scaled_rate():
     """Adam's first step is lr·g/(|g| + ε) ≈ lr·sign(g) per entry: W moves by s_W·lr, U by s_U·lr."""
     model = _model(30)
-    optimizers = optim.Optimizers(model, train.TrainConfig(model="group_rnn", steps=5, lr=1e-3, schedule="constant"))
+    optimizers = optim.Optimizers(model, TrainConfig(model="group_rnn", steps=5, lr=1e-3, schedule="constant"))
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     logits, _ = model(torch.randint(0, 7, (3, 6), generator=torch.Generator().manual_seed(1)))
     logits.square().mean().backward()
@@ -103,8 +104,8 @@ def _hand_built(model, lr, weight_decay):
 @pytest.mark.parametrize("n, map_lr", [(30, "plain"), (16, "n_aware"), (12, "n_aware")])
 def test_plain_and_the_reference_size_reproduce_the_single_rate_optimizer(n, map_lr):
     ours, theirs = _model(n), _model(n)
-    config = train.TrainConfig(model="group_rnn", steps=3, lr=3e-3, weight_decay=0.01, schedule="constant",
-                               map_lr=map_lr)
+    config = TrainConfig(model="group_rnn", steps=3, lr=3e-3, weight_decay=0.01, schedule="constant",
+                         map_lr=map_lr)
     optimizers, hand = optim.Optimizers(ours, config), _hand_built(theirs, 3e-3, 0.01)
     assert len(optimizers.optimizers[0].param_groups) == 1
     tokens = torch.randint(0, 7, (3, 6), generator=torch.Generator().manual_seed(2))
@@ -126,7 +127,7 @@ def test_n_aware_above_the_reference_differs_from_plain_only_in_the_maps():
     models = {rule: _model(30) for rule in ("plain", "n_aware")}
     tokens = torch.randint(0, 7, (3, 6), generator=torch.Generator().manual_seed(3))
     for rule, model in models.items():
-        optimizers = optim.Optimizers(model, train.TrainConfig(model="group_rnn", steps=1, map_lr=rule))
+        optimizers = optim.Optimizers(model, TrainConfig(model="group_rnn", steps=1, map_lr=rule))
         logits, _ = model(tokens)
         logits.square().mean().backward()
         optimizers.step()
@@ -138,26 +139,26 @@ def test_n_aware_above_the_reference_differs_from_plain_only_in_the_maps():
 
 def test_a_model_without_a_state_map_scales_only_w():
     model = _model(30, recurrent=False)
-    groups = optim.Optimizers(model, train.TrainConfig(model="group_rnn")).optimizers[0].param_groups
+    groups = optim.Optimizers(model, TrainConfig(model="group_rnn")).optimizers[0].param_groups
     assert [len(g["params"]) for g in groups] == [4, 1] and groups[1]["params"][0] is model.cell.input_map.weight
     assert groups[1]["lr"] == pytest.approx(1e-3 * math.sqrt(120 / 435), rel=1e-12)
 
 
 def test_map_lr_is_validated_and_old_run_records_read_as_plain():
-    assert train.TrainConfig(model="group_rnn").map_lr == "n_aware"
+    assert TrainConfig(model="group_rnn").map_lr == "n_aware"
     with pytest.raises(ValueError, match="unknown map_lr 'fast'"):
-        train.TrainConfig(model="group_rnn", map_lr="fast")
-    record = train.build_config("group_rnn", "lm", {"dataset": "ptb_char", "n": 30}).to_json()
+        TrainConfig(model="group_rnn", map_lr="fast")
+    record = build_config("group_rnn", "lm", {"dataset": "ptb_char", "n": 30}).to_json()
     assert record["train"]["map_lr"] == "n_aware"
     del record["train"]["map_lr"]  # a config.json written before the option existed
-    assert train.RunConfig.from_json(record).train.map_lr == "plain"
+    assert RunConfig.from_json(record).train.map_lr == "plain"
 
 
 def test_a_group_rnn_layer_inside_another_model_gets_the_rates():
     from manifold_impl.group_rnn import GroupRNNLayer
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 3), GroupRNNLayer(3, "O", 30, generator=torch.Generator()))
-    groups = optim.Optimizers(model, train.TrainConfig(model="group_rnn")).optimizers[0].param_groups
+    groups = optim.Optimizers(model, TrainConfig(model="group_rnn")).optimizers[0].param_groups
     cell = model[1].cell
     assert len(groups) == 3 and groups[1]["params"][0] is cell.input_map.weight
     assert groups[2]["params"][0] is cell.state_map.weight
@@ -167,7 +168,7 @@ def test_a_group_rnn_layer_inside_another_model_gets_the_rates():
 
 def test_rates_give_named_parameters_their_own_scheduled_rate_in_place_of_map_lr():
     model = _model(30)
-    config = train.TrainConfig(model="group_rnn", steps=10, lr=2e-3, warmup=2)
+    config = TrainConfig(model="group_rnn", steps=10, lr=2e-3, warmup=2)
     optimizers = optim.Optimizers(model, config, rates={"cell.state_map.weight": 5e-5, "readout.bias": 1e-2})
     groups = optimizers.optimizers[0].param_groups
     w, u, bias = model.cell.input_map.weight, model.cell.state_map.weight, model.readout.bias
@@ -182,6 +183,6 @@ def test_rates_give_named_parameters_their_own_scheduled_rate_in_place_of_map_lr
 
 def test_rates_refuse_a_name_the_model_lacks_or_a_group_valued_parameter():
     model = _model(8)
-    config = train.TrainConfig(model="group_rnn")
+    config = TrainConfig(model="group_rnn")
     with pytest.raises(ValueError, match=r"rates name no Euclidean parameter of the model: \['cell.initial_state', 'nope'\]"):
         optim.Optimizers(model, config, rates={"nope": 1.0, "cell.initial_state": 1.0})

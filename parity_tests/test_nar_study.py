@@ -12,7 +12,7 @@ from experiments.report import finished_runs, report, task_of
 from experiments.sweep import execute, run_sweep
 from experiments.sweep_run import SweepRun
 from experiments.sweeps import load_runs, load_sweep
-from experiments.train import build_config
+from experiments.training.config import build_config
 
 
 def _smoke(run, **overrides):

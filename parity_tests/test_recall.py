@@ -6,7 +6,7 @@ import json
 import pytest
 
 from experiments.studies.noisy_recall.train import main
-from experiments.train import TrainConfig, build_config
+from experiments.training.config import TrainConfig, build_config
 from experiments.training.optim import learning_rate_factor
 
 TINY = ["--vocab-size", "24", "--length", "16", "--steps", "4", "--batch", "4", "--valid-sequences", "6",

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import scipy.stats
 
-from experiments.report import arm_of, report
 from experiments.analysis.stats import format_interval, mean_ci, paired_difference_ci
+from experiments.report import arm_of, report
 from experiments.sweep import run_sweep
 
 
@@ -127,9 +127,9 @@ def test_a_killed_worker_fails_its_own_run_and_the_sweep_goes_on(tmp_path):
 @pytest.mark.parametrize("name, vocab_size", [("charlm_ptb", 50), ("charlm_shakespeare", 65)])
 def test_the_study_sweeps_hold_matched_arms(name, vocab_size):
     from experiments.params_budget import TOLERANCE, parameter_count
-    from experiments.sweeps import load_runs
     from experiments.studies.charlm_early.recipe import BUDGET, SEEDS
-    from experiments.train import build_config
+    from experiments.sweeps import load_runs
+    from experiments.training.config import build_config
 
     runs = load_runs(f"experiments.studies.charlm_early.{name}")
     assert len(runs) == 12 * len(SEEDS)
@@ -143,7 +143,7 @@ def test_the_study_sweeps_hold_matched_arms(name, vocab_size):
 def test_the_paper_preset_sizes_every_arm_to_two_million_and_asks_for_cuda():
     from experiments.params_budget import TOLERANCE, parameter_count
     from experiments.sweeps import load_sweep
-    from experiments.train import build_config
+    from experiments.training.config import build_config
 
     sweep = load_sweep("paper")
     assert sweep.needs_cuda and len(sweep.runs) == 12 * 5 * 2
@@ -195,8 +195,8 @@ def test_a_task_without_its_own_report_gets_every_final_metric_over_seeds(tmp_pa
 
 
 TUNED_SWEEP = '''
-from experiments.sweep_run import Tuning
 from experiments.studies.charlm_v2.recipe import runs
+from experiments.sweep_run import Tuning
 
 TINY = {"steps": 4, "batch": 2, "length": 8, "lr": 1e-3, "eval_every": 2, "eval_tokens": 48, "checkpoint_every": 2,
         "carried_streams": 5000, "device": "auto"}
@@ -251,10 +251,10 @@ def test_the_report_flags_a_best_step_at_the_last_evaluation():
                                                                   "tinyshakespeare", 65)])
 def test_the_v2_presets_tune_every_arm_and_train_equal_tokens(preset, dataset, folder, vocab_size, monkeypatch):
     from experiments.params_budget import TOLERANCE, parameter_count
-    from experiments.sweep_run import LEARNING_RATES, arm_of
     from experiments.studies.charlm_v2 import recipe as charlm_v2
+    from experiments.sweep_run import LEARNING_RATES, arm_of
     from experiments.sweeps import load_sweep
-    from experiments.train import build_config
+    from experiments.training.config import build_config
 
     sweep = load_sweep(preset)
     assert sweep.tuning.rates == LEARNING_RATES == (3e-4, 1e-3, 3e-3, 1e-2) and sweep.tuning.seed == 0
@@ -312,8 +312,8 @@ def test_the_rate_choice_reads_each_arms_search_runs_and_skips_unfinished_or_div
 
 def test_a_full_budget_search_run_is_reused_as_its_seeds_run_and_equals_training_it_again(tmp_path):
     from experiments.sweep_run import SweepRun, Tuning
-    from experiments.train import build_config
     from experiments.train import run as train_run
+    from experiments.training.config import build_config
     from experiments.tuning import choose_rates, reuse_search_runs, tuning_runs, with_chosen_rates
 
     options = {"steps": 4, "batch": 2, "eval_every": 2, "checkpoint_every": 2, "delay": 3, "eval_sequences": 2,
@@ -478,8 +478,8 @@ def test_the_seed_mean_ends_where_the_shortest_run_ends_and_the_longer_runs_are_
 
 
 def test_a_v2_group_rnn_the_sizer_leaves_a_narrow_embedding_takes_the_next_smaller_n():
-    from experiments.params_budget import TOLERANCE, parameter_count
     from experiments import lm_arms
+    from experiments.params_budget import TOLERANCE, parameter_count
     from experiments.studies.charlm_v2 import recipe as charlm_v2
 
     first = lm_arms.arms(50, charlm_v2.BUDGET, study=charlm_v2.templates, free=charlm_v2.FREE)["rnn-U"][1]

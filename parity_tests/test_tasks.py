@@ -14,6 +14,7 @@ from experiments import train
 from experiments.models import MODEL_CONFIGS, build_model
 from experiments.tasks import task_class, task_classes
 from experiments.tasks.base import IGNORE_INDEX, Task
+from experiments.training.config import build_config
 
 SMOKE = {  # per task: tiny task options
     "lm": {"dataset": "ptb_char", "length": 8, "eval_tokens": 40},
@@ -58,7 +59,7 @@ def test_a_task_keeps_the_contract(name):
     first, second = task.train_batch(generator, 5, 0), task.train_batch(generator, 5, 1)
     assert not torch.equal(first[0], second[0])  # the stream moves on
 
-    config = train.build_config("lstm", name, {**SMOKE[name], "hidden_size": 4})
+    config = build_config("lstm", name, {**SMOKE[name], "hidden_size": 4})
     assert config.model.vocab_size == vocab  # the loop sizes the model to the task
     lstm = build_model(config.model, generator=torch.Generator().manual_seed(0))
     again = cls(cls.Config(**SMOKE[name]), seed=3)
@@ -76,7 +77,7 @@ def test_a_task_keeps_the_contract(name):
 @pytest.mark.parametrize("model", sorted(TINY_MODELS))
 def test_every_model_trains_on_every_task(tmp_path, model, task):
     options = {**SMOKE[task], **TINY_MODELS[model], "steps": 2, "batch": 2, "eval_every": 2}
-    final = train.run(train.build_config(model, task, options), tmp_path / "run")
+    final = train.run(build_config(model, task, options), tmp_path / "run")
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [2] and final["steps"] == 2
     assert all(np.isfinite(v) for k, v in final.items() if isinstance(v, float))

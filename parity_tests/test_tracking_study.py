@@ -9,15 +9,15 @@ import pytest
 
 from experiments.models import build_model
 from experiments.params_budget import count_parameters
-from experiments.sweep import run_sweep
 from experiments.studies.state_tracking import copy as copy_preset
 from experiments.studies.state_tracking import state_tracking
 from experiments.studies.state_tracking.arms import COARSE_TOLERANCE, GPT_POSITION_SCHEMES, MLSTM_TOLERANCE
 from experiments.studies.state_tracking.report import cell_and_arm, report
+from experiments.sweep import run_sweep
 from experiments.sweeps import load_sweep
 from experiments.tasks.copy import Copy
 from experiments.tasks.copy import baseline_loss
-from experiments.train import build_config
+from experiments.training.config import build_config
 
 ARMS = {f"rnn-{g}-{kind}" for g in ("SO", "U", "T", "BO") for kind in ("input", "rec")} | {
     "lstm", "gpt-learned", "mlstm-plain", "mlstm-ns", "gtf-SO"} | {f"gpt-{s}" for s in GPT_POSITION_SCHEMES}

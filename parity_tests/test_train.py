@@ -16,7 +16,8 @@ import torch
 
 from experiments import train
 from experiments.models import build_model
-from experiments.training import optim, rundir
+from experiments.training import config as training_config, optim, rundir
+from experiments.training.config import RunConfig, TrainConfig, build_config, resolve_device, step_memory_floor
 from reference.config import GroupRNNConfig
 from parity_tests.tolerances import RESUME_RTOL
 
@@ -134,17 +135,17 @@ def test_windows_that_no_split_or_evaluation_holds_are_refused_before_training(t
 
 
 def test_a_step_that_needs_more_memory_than_the_device_has_is_refused_before_training(tmp_path, monkeypatch):
-    monkeypatch.setattr(train, "device_memory", lambda device: 2 ** 30)  # a 1 GiB machine
+    monkeypatch.setattr(training_config, "device_memory", lambda device: 2 ** 30)  # a 1 GiB machine
     argv = ["--model", "group_rnn", "--dataset", "ptb_char", "--group", "U", "--n", "8", "--keep-state-every", "4",
             "--batch", "512", "--length", "8192", "--eval-tokens", "8192", "--run-dir", str(tmp_path / "x")]
-    config = train.RunConfig(train.TrainConfig(model="group_rnn", batch=512), None,
-                             GroupRNNConfig(vocab_size=50, group="U", n=8, keep_state_every=4))
+    config = RunConfig(TrainConfig(model="group_rnn", batch=512), None,
+                       GroupRNNConfig(vocab_size=50, group="U", n=8, keep_state_every=4))
     tokens = 512 * 8192
-    assert train.step_memory_floor(config, 8192) == 4 * (2 * tokens * 50 + tokens * 64 * 2 // 4)  # closed form
+    assert step_memory_floor(config, 8192) == 4 * (2 * tokens * 50 + tokens * 64 * 2 // 4)  # closed form
     got = refusal(argv)
     assert got.startswith("--batch 512 with training sequences of 8192 tokens needs at least 2.1 GiB for one step"), got
     assert "more than the 1.0 GiB of --device cpu" in got and not (tmp_path / "x").exists()
-    monkeypatch.setattr(train, "device_memory", lambda device: 2 ** 40)
+    monkeypatch.setattr(training_config, "device_memory", lambda device: 2 ** 40)
     assert train.configure(argv)[0].train.batch == 512
 
 
@@ -215,7 +216,7 @@ def test_help_lists_every_option_of_the_configs_with_its_type_and_default(argv, 
     text = " ".join(capsys.readouterr().out.split())
     model = argv[1] if argv else None
     task = argv[3] if len(argv) > 3 else "lm"
-    configs = [train.TrainConfig, task_class(task).Config] + ([MODEL_CONFIGS[model]] if model else [])
+    configs = [TrainConfig, task_class(task).Config] + ([MODEL_CONFIGS[model]] if model else [])
     for config in configs:
         assert config.__name__ in text
         for field in dataclasses.fields(config):
@@ -230,11 +231,11 @@ def test_help_lists_every_option_of_the_configs_with_its_type_and_default(argv, 
 
 
 def test_learning_rate_schedule():
-    config = train.TrainConfig(model="group_rnn", steps=10, warmup=2, schedule="cosine")
+    config = TrainConfig(model="group_rnn", steps=10, warmup=2, schedule="cosine")
     factors = [optim.learning_rate_factor(config, step) for step in range(10)]
     assert factors[:2] == [0.5, 1.0] and factors[2] == 1.0 and factors[-1] < 0.05
     assert all(a >= b for a, b in zip(factors[1:], factors[2:]))
-    constant = train.TrainConfig(model="group_rnn", steps=10, schedule="constant")
+    constant = TrainConfig(model="group_rnn", steps=10, schedule="constant")
     assert {optim.learning_rate_factor(constant, step) for step in range(10)} == {1.0}
 
 
@@ -298,9 +299,9 @@ def test_the_preset_of_every_committed_v2_study_run_rebuilds_its_config(dataset,
     assert len(configs) == 33  # 11 arms × 3 seeds
     for path in configs:
         args, rest = train.build_parser(options=False).parse_known_args(train.preset_argv(f"{preset}/{path.parent.name}"))
-        built = train.build_config(args.model, args.task, train.parse_options(args.model, args.task, rest))
+        built = build_config(args.model, args.task, train.parse_options(args.model, args.task, rest))
         built = dataclasses.replace(built, train=dataclasses.replace(built.train, device="cpu"))
-        assert built == train.RunConfig.from_json(json.loads(path.read_text())), path.parent.name
+        assert built == RunConfig.from_json(json.loads(path.read_text())), path.parent.name
 
 
 class RunsCodeWhenUnpickled:
@@ -588,19 +589,19 @@ def test_the_group_options_help_lists_the_groups(model, capsys):
 
 def test_device_auto_is_resolved_when_the_run_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    config = train.build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 4, "steps": 1, "batch": 1,
-                                               "length": 4, "eval_tokens": 8, "device": "auto"})
+    config = build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 4, "steps": 1, "batch": 1,
+                                         "length": 4, "eval_tokens": 8, "device": "auto"})
     assert config.train.device == "auto"
     train.run(config, tmp_path / "run")
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["device"] == "cpu"
-    assert train.resolve_device("auto") == "cpu" and train.resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
     with pytest.raises(ValueError, match="--device cuda:1: .*no CUDA device"):
-        train.resolve_device("cuda:1")  # refused before any work, not an AssertionError deep in torch
+        resolve_device("cuda:1")  # refused before any work, not an AssertionError deep in torch
     with pytest.raises(ValueError, match="no CUDA device"):
         train.run(dataclasses.replace(config, train=dataclasses.replace(config.train, device="cuda")), tmp_path / "r2")
     assert not (tmp_path / "r2").exists()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert train.resolve_device("cuda:1") == "cuda:1"
+    assert resolve_device("cuda:1") == "cuda:1"
 
 
 def test_option_names_are_unambiguous_across_every_model_and_task():
@@ -616,12 +617,12 @@ def test_a_run_without_a_checkpoint_starts_over_without_stale_metrics(tmp_path):
     directory = tmp_path / "run"
     directory.mkdir()
     (directory / "metrics.jsonl").write_text(json.dumps({"step": 2, "train_bits": 9.0}) + "\n")  # a died attempt
-    config = train.build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 4, "steps": 2, "batch": 1,
-                                               "length": 4, "eval_tokens": 8, "eval_every": 2})
+    config = build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 4, "steps": 2, "batch": 1,
+                                         "length": 4, "eval_tokens": 8, "eval_every": 2})
     train.run(config, directory)
     assert [m["train_bits"] != 9.0 for m in metrics(directory)] == [True]
-    other = train.build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 5, "steps": 2, "batch": 1,
-                                              "length": 4, "eval_tokens": 8})
+    other = build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 5, "steps": 2, "batch": 1,
+                                        "length": 4, "eval_tokens": 8})
     with pytest.raises(ValueError, match="cannot resume .*model.hidden_size is 5 here but 4 in the checkpoint"):
         train.run(other, directory)
 
@@ -670,13 +671,13 @@ def test_a_non_finite_loss_stops_the_run_and_the_best_finite_model_is_tested(tmp
     options = {"dataset": "ptb_char", "hidden_size": 8, "steps": 6, "batch": 2, "length": 8, "eval_every": 2,
                "checkpoint_every": 2, "eval_tokens": 200, "schedule": "constant"}
     monkeypatch.setattr(optim.Optimizers, "step_optimizers", poisoned_after_three)
-    final = train.run(train.build_config("lstm", "lm", options), tmp_path / "poisoned")
+    final = train.run(build_config("lstm", "lm", options), tmp_path / "poisoned")
     monkeypatch.setattr(optim.Optimizers, "step_optimizers", step)
     assert final["stopped"] == "training loss not finite at step 4" and final["steps"] == 3
     logged = metrics(tmp_path / "poisoned")
     assert [m["step"] for m in logged] == [2, 3] and logged[-1]["stopped"] == final["stopped"]
     assert torch.isnan(torch.tensor([logged[-1]["train_bits"], logged[-1]["valid_bits"]])).all()
-    clean = train.run(train.build_config("lstm", "lm", {**options, "steps": 2}), tmp_path / "clean")
+    clean = train.run(build_config("lstm", "lm", {**options, "steps": 2}), tmp_path / "clean")
     assert final["best_step"] == 2 and final["test_bits_per_token"] == clean["test_bits_per_token"]
     assert "stopped" not in clean
 
@@ -690,7 +691,7 @@ def test_the_group_transformer_study_command_rebuilds_its_committed_config():
     argv = argv[:argv.index("--run-dir")]
     args, rest = train.build_parser(options=False).parse_known_args(argv)
     task = args.task or "lm"  # as train.main: the default task
-    built = train.build_config(args.model, task, train.parse_options(args.model, task, rest))
-    committed = train.RunConfig.from_json(json.loads((folder / "config.json").read_text()))
+    built = build_config(args.model, task, train.parse_options(args.model, task, rest))
+    committed = RunConfig.from_json(json.loads((folder / "config.json").read_text()))
     assert optim.map_lr_groups(build_model(built.model, device="meta"), built.train.map_lr) == []
     assert dataclasses.replace(built, train=dataclasses.replace(built.train, map_lr="plain")) == committed

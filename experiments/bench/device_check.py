@@ -30,6 +30,7 @@ from experiments.bench.group_rnn import lstm_matched_cases, matched_contenders
 from experiments.bench.timing import alternate, machine_record
 from experiments.cli import CommandParser
 from experiments.training import cuda_graphs, optim
+from experiments.training.config import TrainConfig, build_config
 from manifold_impl.group_rnn import GroupRNN
 from manifold_impl.groups import get_group
 from manifold_impl.losses import cross_entropy
@@ -46,7 +47,7 @@ def syncs_of_a_training_step(group, device, quick=False):
     options = {"group": group, "n": 8, "embedding_dim": 16, "batch": 8, "delay": 10 if quick else 100,
                "device": str(device), **({"block": 2} if group == "BO" else {})}
     with tempfile.TemporaryDirectory() as directory:
-        run = train.Run(directory, train.build_config("group_rnn", "copy", options))
+        run = train.Run(directory, build_config("group_rnn", "copy", options))
         batches = [run.task.train_batch(run.rng, run.train.batch, step) for step in range(2)]
         run.backward(*batches[0])
         run.update()
@@ -120,7 +121,7 @@ def captured_training_step(config, device, warmup=cuda_graphs.CAPTURE_WARMUP):
     call) as ``train --cuda-graphs`` runs it: ``cuda_graphs.CapturedStep`` with capturable
     ``optim.Optimizers`` (lr 1e-3, clip 1), its first ``warmup`` calls eager, the next captured."""
     model = GroupRNN(config, device=device, generator=torch.Generator().manual_seed(0))
-    optimizers = optim.Optimizers(model, train.TrainConfig(model="group_rnn", steps=10**6), capturable=True)
+    optimizers = optim.Optimizers(model, TrainConfig(model="group_rnn", steps=10**6), capturable=True)
 
     def loss(inputs, targets):
         logits, _ = model(inputs)

@@ -24,7 +24,8 @@ import torch
 from experiments.bench.timing import machine_record
 from experiments.cli import CommandParser
 from experiments.sweeps import PRESETS, load_sweep
-from experiments.train import Run, build_config
+from experiments.train import Run
+from experiments.training.config import build_config
 from experiments.tuning import arm_templates
 
 TIMING_LR = 1e-4

@@ -24,10 +24,8 @@ from experiments.analysis.plotting import plt
 from experiments.baselines import LSTMLanguageModel
 from experiments.cli import CommandParser
 from experiments.data import load_dataset
-from experiments.models import build_model
 from experiments.sweep_run import arm_of
-from experiments.train import RunConfig
-from experiments.training.rundir import load_checkpoint_file
+from experiments.training.config import load_run_model
 from manifold_impl.group_rnn import GroupRNN
 
 LAGS = 8
@@ -52,16 +50,6 @@ def runs_with_best(directories, reader):
     if unfinished:
         raise ValueError(f"{reader} reads finished runs with their best.pt; these are not: {unfinished}")
     return directories
-
-
-def load_best(directory):
-    """``(RunConfig, model)``: the best-validation model of the finished run in ``directory``
-    (``best.pt``), on the CPU, in eval mode."""
-    directory = Path(directory)
-    config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
-    model = build_model(config.model)
-    model.load_state_dict(load_checkpoint_file(directory / "best.pt")["model"])
-    return config, model.eval()
 
 
 @torch.no_grad()
@@ -156,7 +144,7 @@ def probe_run(directory, lags=LAGS, windows=WINDOWS, length=LENGTH, burn_in=BURN
     "bits": {"model", "linear", "mlp"} (validation bits per character of the readouts), "by_position":
     [length] the model's own validation bits at each position of a window (the state restarts at 0),
     "dropped": {"valid", "train"} the windows left out because the model was not finite on them}``."""
-    config, model = load_best(directory)
+    config, model = load_run_model(directory)
     dataset, vocab = load_dataset(config.task.dataset), config.model.vocab_size
     features, tokens, following, own_bits, dropped = _windows(model, dataset.streams["valid"], windows, length, seed,
                                                               burn_in)

@@ -22,10 +22,11 @@ import torch
 
 from experiments.analysis.plotting import plt
 from experiments.cli import CommandParser
-from experiments.studies.charlm_v2.context_probe import load_best, runs_with_best
 from experiments.data import load_dataset
+from experiments.studies.charlm_v2.context_probe import runs_with_best
 from experiments.sweep_run import arm_of
-from experiments.train import Run, RunConfig
+from experiments.train import Run
+from experiments.training.config import load_run_model, recorded_config
 from manifold_impl.group_rnn import GroupRNN
 
 STREAMS = 16
@@ -54,7 +55,7 @@ def spectrum(model, tokens):
 def spectrum_run(directory, length=LENGTH, streams=STREAMS, seed=SEED):
     """``spectrum`` of the best-validation model of the run in ``directory`` on ``streams`` random
     validation pieces of ``length`` characters."""
-    config, model = load_best(directory)
+    config, model = load_run_model(directory)
     stream = load_dataset(config.task.dataset).streams["valid"]
     if len(stream) <= length:
         raise ValueError(f"the validation split ({len(stream)} tokens) is not longer than --length {length}")
@@ -139,7 +140,7 @@ def trace_blowup(directory):
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / directory.name
         shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("final.json", "best.pt"))
-        config = RunConfig.from_json(json.loads((copy / "config.json").read_text()))
+        config = recorded_config(copy)
         training = Run(copy, config)
         if training.checkpoint_path.exists():  # else the run stopped before its first checkpoint: from step 0
             training.load_checkpoint()

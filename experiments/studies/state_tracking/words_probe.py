@@ -19,14 +19,12 @@ import torch
 
 from experiments.analysis.plotting import plt
 from experiments.cli import CommandParser
-from experiments.models import build_model
-from experiments.sweep_run import option_argv
 from experiments.studies.state_tracking.arms import WARMUP
+from experiments.sweep_run import option_argv
 from experiments.tasks.base import split_generator
 from experiments.tasks.words import permutation_group, word_batch
-from experiments.train import RunConfig
-from experiments.training.rundir import load_checkpoint_file
 from experiments.train import main as train_main
+from experiments.training.config import load_run_model
 
 CELLS = ("S5", "A5")
 ARMS = ("rnn-SO-input-spread", "rnn-SO-input", "rnn-U-input", "lstm")
@@ -79,10 +77,7 @@ def train(out, runs=None, steps=STEPS, eval_every=EVAL_EVERY):
 @torch.no_grad()
 def accuracy_by_position(directory, words=WORDS, length=LENGTH):
     """``[length]`` accuracy at each position of ``words`` test words, for the model of a finished run."""
-    config = RunConfig.from_json(json.loads((directory / "config.json").read_text()))
-    model = build_model(config.model)
-    model.load_state_dict(load_checkpoint_file(directory / "checkpoint.pt")["model"])
-    model.eval()
+    config, model = load_run_model(directory, "checkpoint.pt")
     group = permutation_group(config.task.word_group)
     inputs, targets = word_batch(group, split_generator(config.train.seed, "test"), words, length)
     logits, _ = model(torch.from_numpy(inputs))
