@@ -143,10 +143,13 @@ def stability_cell(choice):
 def rates_table(chosen):
     """The learning-rate search (``chosen_rates.json``): validation score per arm and rate, the rate used in
     bold, and its full-length check."""
-    labels = list(next(iter(chosen.values()))["scores"])
+    labels = sorted({label for choice in chosen.values() for label in choice["scores"]},
+                    key=lambda label: float(label.removeprefix("lr")))  # every arm's rates (some searched past an edge)
     lines = ["| arm | " + " | ".join(labels) + " | used | full-length check |", "|---|" + "---|" * (len(labels) + 2)]
     for arm, choice in chosen.items():
-        cells = ["diverged" if score is None else f"{score:.4f}" for score in choice["scores"].values()]
+        scores = choice["scores"]
+        cells = ["—" if label not in scores else "diverged" if scores[label] is None else f"{scores[label]:.4f}"
+                 for label in labels]
         cells = [f"**{cell}**" if label == f"lr{choice['lr']:g}" else cell for label, cell in zip(labels, cells)]
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {choice['lr']:g} | {stability_cell(choice)} |")
     return "\n".join(lines) + "\n"

@@ -140,7 +140,10 @@ def _settle_rates(runs, recipe, chosen, out, record, workers, executor, threads=
         first = [run for run in tuning.settle_rates(runs, recipe, chosen, out) if arm_of(run.name) not in failed]
         if not first:
             return trained
-        trained.update(_run_stage(first, out, record, workers, executor, threads=threads))
+        tuning.reuse_search_runs(first, recipe, out / "tune", out)  # a superseded arm's next rate may be searched
+        first = [run for run in first if not (out / run.name / "final.json").exists()]
+        if first:
+            trained.update(_run_stage(first, out, record, workers, executor, threads=threads))
 
 
 def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local", threads=None):
@@ -149,8 +152,9 @@ def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local", thr
     ``executor``: ``local`` (a process pool of ``workers``) or ``ray`` (see the module docstring).
     ``threads``: torch threads per run (default: the machine's cores divided among the workers; give
     fewer where other work shares the machine, whose threads would otherwise contend with the runs').
-    A sweep with ``TUNING`` first runs its learning-rate search in ``out/tune`` and trains each arm
-    at its chosen rate (``experiments.tuning``); an arm whose search has no finished run fails.
+    A sweep with ``TUNING`` first runs its learning-rate search in ``out/tune`` (grown past the grid's
+    edges with ``TUNING.extend_edges``) and trains each arm at its chosen rate (``experiments.tuning``);
+    an arm whose search has no finished run fails.
 
     Raises:
         RuntimeError: the sweep sets ``NEEDS_CUDA``, no CUDA device is present and ``allow_cpu``
@@ -165,8 +169,13 @@ def run_sweep(sweep, out=None, workers=2, allow_cpu=False, executor="local", thr
     out = Path(out) if out is not None else Path("runs") / loaded.name
     record, known = {"file": f"sweep-{loaded.name}.json", "source": loaded.source}, {}
     if loaded.tuning is not None:
-        search = tuning.tuning_runs(runs, loaded.tuning)
-        _run_stage(search, out / "tune", record, workers, executor, threads=threads)
+        searched = set()
+        while True:  # with extend_edges the search grows past the edges its finished runs chose
+            search = tuning.tuning_runs(runs, loaded.tuning, out / "tune")
+            if {run.name for run in search} <= searched:
+                break
+            searched |= {run.name for run in search}
+            _run_stage(search, out / "tune", record, workers, executor, threads=threads)
         chosen = tuning.choose_rates(runs, loaded.tuning, out / "tune")
         known = _settle_rates(runs, loaded.tuning, chosen, out, record, workers, executor, threads)
         runs, untuned = tuning.with_chosen_rates(runs, chosen)
@@ -200,7 +209,8 @@ def main(argv=None):
     runs go to ``DIR/tune/`` and the choice to ``DIR/chosen_rates.json`` (``experiments.tuning``). A
     study's committed results (its sweep's ``OUT``) are written only when ``--out`` names them. With
     ``TUNING.stability_margin`` each arm's first run trains first, and an arm whose first run diverged moves to its next-best rate (its runs at the
-    diverged rate go to ``DIR/diverged/``) before the other runs start.
+    diverged rate go to ``DIR/diverged/``) before the other runs start; with ``TUNING.extend_edges``
+    the runs at a rate the grown search no longer chooses go to ``DIR/superseded/``.
 
     A sweep may set ``NEEDS_CUDA = "why"``: without a CUDA device the sweep then stops before
     starting, printing why, unless ``--allow-cpu`` is given. Presets that set ``device: auto``

@@ -63,12 +63,17 @@ class Tuning:
     search cannot see a divergence that starts after it. With a margin, each arm's first run trains
     first at the chosen rate; if it diverged (its loss turned non-finite, or its last validation
     score ends more than the margin above its best), the arm moves to its next-best searched rate
-    (``experiments.tuning.settle_rates``)."""
+    (``experiments.tuning.settle_rates``).
+
+    ``extend_edges``: an arm whose best rate is the largest or the smallest it was searched at is also
+    searched one step further (3e-2 -> 1e-1, 1e-3 -> 3e-4), until its best rate is inside its grid
+    (``experiments.tuning.arm_rates``): a grid that denies an arm its rate flatters the others."""
 
     rates: tuple = LEARNING_RATES
     options: dict = field(default_factory=dict)
     seed: int = 0
     stability_margin: float | None = None
+    extend_edges: bool = False
 
     def __post_init__(self):
         if not self.rates or not all(isinstance(r, float) and r > 0 for r in self.rates):
@@ -82,3 +87,5 @@ class Tuning:
         if self.stability_margin is not None and not (isinstance(self.stability_margin, float)
                                                       and self.stability_margin > 0):
             raise ValueError(f"Tuning.stability_margin must be a positive float or None, got {self.stability_margin!r}")
+        if not isinstance(self.extend_edges, bool):
+            raise ValueError(f"Tuning.extend_edges must be a bool, got {self.extend_edges!r}")

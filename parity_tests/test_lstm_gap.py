@@ -12,6 +12,7 @@ def test_the_screen_searches_every_arm_on_the_decided_grid_at_full_length():
     sweep = load_sweep("lstm-gap-screen")
     assert sweep.tuning.rates == (1e-3, 3e-3, 1e-2, 3e-2) and sweep.tuning.seed == 0 == min(screen.SEEDS)
     assert sweep.tuning.options == {}  # the search runs are the seed-0 runs
+    assert sweep.tuning.extend_edges and sweep.tuning.stability_margin == 0.25
     assert sweep.out == "experiments/results/lstm_gap/screen"
     arms = {arm_of(run.name) for run in sweep.runs}
     assert arms == {"rnn-O16", "rnn-O16-leak", "rnn-O16-gate", "rnn-O12x2", "rnn-BO4", "exprnn", "lstm"}

@@ -310,6 +310,112 @@ def test_the_rate_choice_reads_each_arms_search_runs_and_skips_unfinished_or_div
     assert untuned == ["c-seed0", "c-seed1", "c-seed2"]
 
 
+def test_the_rate_ladder_steps_half_a_decade_each_way():
+    from experiments.tuning import next_rate
+
+    assert [next_rate(rate, 1) for rate in (1e-3, 3e-3, 1e-2, 3e-2)] == [3e-3, 1e-2, 3e-2, 1e-1]
+    assert [next_rate(rate, -1) for rate in (1e-3, 3e-4, 1e-2)] == [3e-4, 1e-4, 3e-3]
+
+
+def test_a_grid_with_extended_edges_grows_past_the_edge_an_arms_best_rate_sits_on_until_it_is_inside(tmp_path):
+    from experiments.sweep_run import SweepRun, Tuning
+    from experiments.tuning import EDGE_STEPS, choose_rates, tuning_runs
+
+    arms = ("up", "down", "inside", "pending", "cap")
+    runs = [SweepRun(f"{arm}-seed0", "lstm", "lm", {"dataset": "ptb_char", "lr": 1.0, "seed": 0}) for arm in arms]
+    tuning = Tuning(rates=(1e-3, 3e-3, 1e-2), extend_edges=True)
+    bits = {"up": {1e-3: 3.0, 3e-3: 2.8, 1e-2: 2.5, 3e-2: 2.4, 1e-1: float("nan")},  # up once, then it diverges
+            "down": {1e-3: 2.0, 3e-3: 2.2, 1e-2: 2.5, 3e-4: 2.1},  # down once: 1e-3 is inside
+            "inside": {1e-3: 2.5, 3e-3: 2.0, 1e-2: 2.6},
+            "pending": {3e-3: 2.6, 1e-2: 2.5},  # 1e-3 has not finished: the grid waits
+            "cap": {rate: 3.0 - rate for rate in (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)}}  # better ever higher
+    searched = set()
+    while True:  # what the sweep does: train the search runs, then ask again
+        names = {run.name for run in tuning_runs(runs, tuning, tmp_path)}
+        if names <= searched:
+            break
+        for name in sorted(names - searched):
+            arm, rate = name.rsplit("-lr", 1)
+            if float(rate) in bits[arm]:
+                (tmp_path / name).mkdir()
+                (tmp_path / name / "final.json").write_text(json.dumps({"valid_bits": bits[arm][float(rate)]}))
+        searched |= names
+    chosen = choose_rates(runs, tuning, tmp_path)
+    assert {arm: chosen[arm]["rates"] for arm in arms} == {
+        "up": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1], "down": [3e-4, 1e-3, 3e-3, 1e-2], "inside": [1e-3, 3e-3, 1e-2],
+        "pending": [1e-3, 3e-3, 1e-2], "cap": [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]}
+    assert len(chosen["cap"]["rates"]) == 3 + EDGE_STEPS
+    assert {arm: chosen[arm]["lr"] for arm in arms} == {"up": 3e-2, "down": 1e-3, "inside": 3e-3, "pending": 1e-2,
+                                                       "cap": 3e-1}
+    assert chosen["up"]["scores"]["lr0.1"] is None  # the diverged edge stays in the record
+    plain = choose_rates(runs, Tuning(rates=(1e-3, 3e-3, 1e-2)), tmp_path)  # without extension: the grid alone
+    assert plain["up"]["lr"] == 1e-2 and plain["up"]["rates"] == [1e-3, 3e-3, 1e-2]
+    assert "| up | 3.0000 | 2.8000 | **2.4000** |" not in report_rates(chosen)
+    assert "| down | 2.1000 | **2.0000** | 2.2000 | 2.5000 | — | — | — | 0.001 |" in report_rates(chosen)
+
+
+def report_rates(chosen):
+    from experiments.report import rates_table
+
+    return rates_table({arm: {**choice, "stable": True, "diverged_rates": []} for arm, choice in chosen.items()})
+
+
+def test_the_stability_check_moves_an_arm_whose_search_now_chooses_another_rate_aside_and_trains_that_rate(tmp_path):
+    from experiments.sweep_run import SweepRun, Tuning
+    from experiments.tuning import settle_rates
+
+    runs = [SweepRun(f"a-seed{seed}", "lstm", "lm", {"dataset": "ptb_char", "lr": 1.0, "seed": seed}) for seed in (0, 1)]
+    tuning = Tuning(rates=(1e-3, 1e-2), stability_margin=0.25, extend_edges=True)
+    falling = [4.0, 3.0, 2.8]
+    _fake_run(tmp_path / "a-seed0", 1e-2, falling)  # stable at the grid's top, and seed 1 trained there
+    _fake_run(tmp_path / "a-seed1", 1e-2, falling)
+    chosen = {"a": {"lr": 3e-2, "rates": [1e-3, 1e-2, 3e-2], "scores": {"lr0.001": 3.0, "lr0.01": 2.8, "lr0.03": 2.7}}}
+    pending = settle_rates(runs, tuning, chosen, tmp_path)  # the search went past the edge, and 3e-2 scored better
+    assert [(r.name, r.options["lr"]) for r in pending] == [("a-seed0", 3e-2)]
+    assert sorted(p.name for p in (tmp_path / "superseded" / "lr0.01").iterdir()) == ["a-seed0", "a-seed1"]
+    assert not (tmp_path / "a-seed0").exists() and not (tmp_path / "diverged").exists()
+    _fake_run(tmp_path / "a-seed0", 3e-2, falling)
+    assert settle_rates(runs, tuning, chosen, tmp_path) == []
+    assert (chosen["a"]["lr"], chosen["a"]["stable"], chosen["a"]["diverged_rates"]) == (3e-2, True, [])
+
+
+@pytest.mark.parametrize("seed, search", [(1, '{"steps": 2}'), (0, "{}")])
+def test_a_sweep_grown_past_its_edges_moves_the_runs_of_its_old_choice_aside_and_trains_at_the_new_one(
+        seed, search, tmp_path, monkeypatch):
+    """TUNED_SWEEP on its grid (1e-3, 3e-2), then again with extend_edges, on a pool whose runs score
+    2 + |log10(lr / 0.1)| bits: the search grows to 1e-1 and 3e-1 and chooses 1e-1, and the run trained at
+    3e-2 moves to superseded/. Where the search runs are the sweep's own (seed 0 at the full length), the
+    new choice's search run is copied, not trained again."""
+    from experiments import sweep as sweep_module
+
+    trained = []
+
+    def scripted_pool(pending, out, workers, threads):
+        trained.extend(run.name for run in pending)
+        for run in pending:
+            _fake_run(out / run.name, run.options["lr"], [4.0, 2.0 + abs(math.log10(run.options["lr"] / 0.1))])
+        return [{"name": run.name, "status": "done"} for run in pending]
+
+    monkeypatch.setattr(sweep_module, "_run_on_pool", scripted_pool)
+    sweep, out = tmp_path / "edges.py", tmp_path / "runs"
+    on_grid = TUNED_SWEEP.replace('options={"steps": 2})', f'options={search}, stability_margin=0.25)')
+    sweep.write_text(on_grid.replace("seeds=(1,)", f"seeds=({seed},)").replace("rnn-O-seed1", f"rnn-O-seed{seed}"))
+    run_sweep(sweep, out)
+    assert json.loads((out / f"rnn-O-seed{seed}" / "config.json").read_text())["train"]["lr"] == 3e-2
+    sweep.write_text(sweep.read_text().replace("stability_margin=0.25)", "stability_margin=0.25, extend_edges=True)"))
+    trained.clear()
+    status = run_sweep(sweep, out)[f"rnn-O-seed{seed}"]["status"]
+    assert trained == ["rnn-O-lr0.1", "rnn-O-lr0.3"] + ([f"rnn-O-seed{seed}"] if seed else [])
+    assert status == ("done" if seed else "skipped (complete)")
+    chosen = json.loads((out / "chosen_rates.json").read_text())["rnn-O"]
+    assert (chosen["rates"], chosen["lr"], chosen["stable"]) == ([1e-3, 3e-2, 1e-1, 3e-1], 1e-1, True)
+    assert sorted(p.name for p in (out / "tune").iterdir() if p.is_dir()) == [
+        "rnn-O-lr0.001", "rnn-O-lr0.03", "rnn-O-lr0.1", "rnn-O-lr0.3"]
+    assert json.loads((out / f"rnn-O-seed{seed}" / "config.json").read_text())["train"]["lr"] == 1e-1
+    moved = out / "superseded" / "lr0.03" / f"rnn-O-seed{seed}"
+    assert json.loads((moved / "config.json").read_text())["train"]["lr"] == 3e-2
+
+
 def test_a_full_budget_search_run_is_reused_as_its_seeds_run_and_equals_training_it_again(tmp_path):
     from experiments.sweep_run import SweepRun, Tuning
     from experiments.train import run as train_run
@@ -394,7 +500,8 @@ def test_the_stability_check_moves_a_diverged_arm_to_its_next_rate_and_keeps_the
             for arm in ("a", "b", "c") for seed in (0, 1)]
     tuning = Tuning(rates=(1e-3, 1e-2, 1e-1), stability_margin=0.25)
     scores = {"a": (2.5, 2.1, 2.3), "b": (3.0, None, None), "c": (2.2, 2.0, None)}
-    chosen = {arm: {"lr": 1e-3 if arm == "b" else 1e-2, "scores": dict(zip(("lr0.001", "lr0.01", "lr0.1"), rates))}
+    chosen = {arm: {"lr": 1e-3 if arm == "b" else 1e-2, "rates": [1e-3, 1e-2, 1e-1],
+                    "scores": dict(zip(("lr0.001", "lr0.01", "lr0.1"), rates))}
               for arm, rates in scores.items()}  # the search's choices
     rising, falling = [4.0, 3.0, 3.5], [4.0, 3.0, 2.8]
     _fake_run(tmp_path / "a-seed0", 1e-2, rising)  # a: diverges at its search choice, a seed-1 run there too

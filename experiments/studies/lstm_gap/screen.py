@@ -1,10 +1,10 @@
 """The gap study's screen: which mechanism moves an O(16) group RNN's bits toward the LSTM's.
 
 Penn Treebank characters, every arm sized to ``BUDGET`` parameters (±2%), ``STEPS`` steps of 32 × 128
-(2.5M tokens), seeds ``SEEDS``. Each arm's rate is the one of ``RATES`` whose seed-0 run reached the
-lowest validation bits at the full length (``TUNING``: the search runs are seed 0's runs), and the
-other seeds train at it. The arms: ``templates``. Results: ``OUT``; the study's README says what the
-screen chose.
+(2.5M tokens), seeds ``SEEDS``. Each arm's rate is the one of ``RATES`` (extended past an edge its
+best rate sits on) whose seed-0 run reached the lowest validation bits at the full length (``TUNING``:
+the search runs are seed 0's runs), and the other seeds train at it. The arms: ``templates``.
+Results: ``OUT``; the study's README says what the screen chose.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ RATES = (1e-3, 3e-3, 1e-2, 3e-2)  # every arm's grid (../shared/DECISIONS.md, th
 TRAINING = {"steps": STEPS, "batch": 32, "length": 128, "lr": 1e-3, "schedule": "cosine", "warmup": 50,
             "eval_every": 100, "eval_tokens": 100_000, "checkpoint_every": 100, "carried_streams": 16,
             "device": "auto"}  # lr: replaced by each arm's chosen rate
-TUNING = Tuning(rates=RATES, options={}, stability_margin=0.25)  # the v2 recipe's margin
+TUNING = Tuning(rates=RATES, options={}, stability_margin=0.25, extend_edges=True)  # the v2 recipe's margin
 LEAK_ALPHA = 0.42  # the probe's constant α, which recovered nearly all of the gate's gain
 GATE_ALPHA = 0.45  # the gate's largest α: room above the constant's, below 1/2 where the blend is singular
 OUT = "experiments/results/lstm_gap/screen"
