@@ -2,7 +2,8 @@
 length, and trained on equal tokens with the stated seeds."""
 
 from experiments.params_budget import TOLERANCE, parameter_count
-from experiments.studies.lstm_gap import screen
+from experiments.studies.charlm_v2 import recipe
+from experiments.studies.lstm_gap import screen, study
 from experiments.sweep_run import arm_of
 from experiments.sweeps import load_sweep
 from experiments.training.config import build_config
@@ -32,3 +33,27 @@ def test_every_screen_arm_fits_the_budget_and_trains_equal_tokens():
     assert (by_arm["rnn-O16-gate"].forget, by_arm["rnn-O16-gate"].forget_alpha) == ("gate", 0.45)
     assert by_arm["rnn-O12x2"].num_layers == 2 and by_arm["rnn-BO4"].block == 4
     assert by_arm["rnn-BO4"].state_features == by_arm["rnn-O16"].state_features  # 16 heads of O(4): 256 features
+
+
+def test_the_study_trains_the_screens_mechanisms_at_200k_with_the_v2_recipe_on_a_grid_grown_past_its_edges():
+    sweep = load_sweep("lstm-gap-study")
+    assert sweep.tuning.rates == screen.RATES and sweep.tuning.extend_edges and sweep.tuning.options == {}
+    assert sweep.tuning.stability_margin == recipe.STABILITY_MARGIN and sweep.out == "experiments/results/lstm_gap/study"
+    arms = {arm_of(run.name) for run in sweep.runs}
+    assert sorted(run.name for run in sweep.runs) == sorted(f"{arm}-seed{seed}" for arm in arms for seed in (0, 1, 2))
+    by_arm = {}
+    for run in sweep.runs:
+        config = build_config(run.model, run.task, run.options)
+        assert abs(parameter_count(config.model) - 200_000) <= TOLERANCE * 200_000, run.name
+        assert {key: run.options[key] for key in recipe.TRAINING if key != "lr"} == {
+            key: value for key, value in recipe.TRAINING.items() if key != "lr"}, run.name  # the v2 recipe
+        by_arm.setdefault(arm_of(run.name), config)
+    assert set(by_arm) == {"lstm", "exprnn", "rnn-O22-leak", "rnn-BO120-leak"}
+    assert study.SEEDS == recipe.SEEDS and study.BUDGET == recipe.BUDGET
+    assert by_arm["lstm"].model.hidden_size == 151  # the committed v2 LSTM's size
+    leak, heads = by_arm["rnn-O22-leak"].model, by_arm["rnn-BO120-leak"].model
+    assert (leak.n, leak.embedding_dim) == (22, 225)  # the committed best group arm's shape (o_width)
+    assert (heads.block, heads.state_features) == (4, 480)
+    for model in (leak, heads):
+        assert (model.forget, model.forget_alpha, model.recurrence) == ("constant", screen.LEAK_ALPHA, "fused")
+    assert {config.train.map_lr for config in by_arm.values()} == {"n_aware"}

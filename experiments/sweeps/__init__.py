@@ -24,7 +24,8 @@ PRESETS = {"charlm-ptb": "experiments.studies.charlm_early.charlm_ptb",
            "nar-cpu-ns-steps": "experiments.studies.noisy_recall.nar_cpu_ns_steps", "nar-paper": "experiments.studies.noisy_recall.nar_paper",
            "state-tracking": "experiments.studies.state_tracking.state_tracking",
            "copy": "experiments.studies.state_tracking.copy",
-           "lstm-gap-screen": "experiments.studies.lstm_gap.screen"}  # {preset: the module that defines its RUNS}
+           "lstm-gap-screen": "experiments.studies.lstm_gap.screen",
+           "lstm-gap-study": "experiments.studies.lstm_gap.study"}  # {preset: the module that defines its RUNS}
 
 
 class Sweep(NamedTuple):
