@@ -27,7 +27,7 @@ from experiments.analysis.plotting import plt
 from experiments.baselines import LSTMConfig
 from experiments.cli import CommandParser
 from experiments.params_budget import parameter_count, size_to_budget
-from experiments.train import Run, run
+from experiments.training.loop import Run, run
 from experiments.training.config import build_config
 from parity_tests.harness import parity as group_rnn_parity
 from reference.config import GroupRNNConfig

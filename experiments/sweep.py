@@ -15,11 +15,12 @@ from pathlib import Path
 
 import torch
 
-from experiments import train, tuning
+from experiments import tuning
 from experiments.cli import CommandParser
 from experiments.sweep_run import arm_of
 from experiments.sweeps import PRESETS, load_sweep
 from experiments.training.config import build_config
+from experiments.training.loop import run as run_training
 
 
 def _set_threads(count):
@@ -31,7 +32,7 @@ def execute(run, directory):
     directory = Path(directory)
     try:
         if not (directory / "final.json").exists():  # it may have finished (by another process) since listed
-            train.run(build_config(run.model, run.task, run.options), directory)
+            run_training(build_config(run.model, run.task, run.options), directory)
         (directory / "error.txt").unlink(missing_ok=True)  # an earlier attempt's failure, now stale
         return {"name": run.name, "status": "done"}
     except Exception:  # noqa: BLE001 - one failing run must not stop the sweep
@@ -195,7 +196,7 @@ def main(argv=None):
     SWEEP is a preset (``experiments.sweeps.PRESETS``), a dotted module name or a Python file that
     defines ``RUNS``, a list of ``experiments.sweep_run.SweepRun`` (one run each: a unique name, a
     model, a task and typed options; see ``experiments.sweeps``). Each run is trained by
-    ``experiments.train.run`` into ``DIR/<name>`` (default ``runs/<sweep file stem>``) on a local
+    ``experiments.training.loop.run`` into ``DIR/<name>`` (default ``runs/<sweep file stem>``) on a local
     process pool. A run whose ``final.json`` exists is skipped and an unfinished one resumes from its
     checkpoint, so an interrupted sweep continues where it stopped; a run that fails, or whose
     worker process dies, writes ``error.txt`` and the others go on. ``DIR/sweep-<sweep file stem>.json`` records every run's

@@ -5,7 +5,6 @@ import json
 import pytest
 import torch
 
-from experiments import train
 from experiments.bench.__main__ import main
 from experiments.bench.timing import alternate, row
 from experiments.training import cuda_graphs

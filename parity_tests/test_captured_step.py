@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import manifold_impl.validation
-from experiments import train
+from experiments.training import loop
 from experiments.models import build_model
 from experiments.training import cuda_graphs, optim
 from experiments.training.config import TrainConfig, build_config
@@ -174,10 +174,10 @@ class Graphs:
 
 
 def _captured_run(directory, options, graphs, monkeypatch, warmup):
-    """A ``train.Run`` whose steps ``cuda_graphs.CapturedStep`` runs from ``graphs``."""
+    """A ``loop.Run`` whose steps ``cuda_graphs.CapturedStep`` runs from ``graphs``."""
     monkeypatch.setattr(cuda_graphs, "capture", graphs.capture)
     monkeypatch.setattr(cuda_graphs, "on_side_stream", graphs.side_stream)
-    run = train.Run(directory, build_config("group_rnn", "lm", options))
+    run = loop.Run(directory, build_config("group_rnn", "lm", options))
     run.optimizers = optim.Optimizers(run.model, run.train, capturable=True)
     run.captured = cuda_graphs.CapturedStep(run.model, run.training_loss, run.optimizers, run.train.clip, warmup=warmup)
     return run
@@ -195,7 +195,7 @@ def test_a_captured_run_trains_as_the_eager_one_bit_for_bit(capturable_anywhere,
     graphs = Graphs()
     captured = _captured_run(tmp_path / "captured", options, graphs, monkeypatch, warmup=2)
     captured.fit()
-    eager = train.Run(tmp_path / "eager", build_config("group_rnn", "lm", options))
+    eager = loop.Run(tmp_path / "eager", build_config("group_rnn", "lm", options))
     eager.optimizers = optim.Optimizers(eager.model, eager.train, capturable=True)
     eager.fit()
     assert graphs.counts == {"captures": 2, "replays": 8, "side-stream runs": 4}
@@ -240,7 +240,7 @@ def test_a_finished_run_resumed_for_more_steps_follows_the_new_schedule(capturab
     rate (a capturable Adam given 0 divides by it: NaN where a second moment is 0, as in the
     embedding's unseen rows)."""
     def make(steps):
-        run = train.Run(tmp_path, build_config("group_rnn", "lm", {**RUN_OPTIONS, "steps": steps, "device": "cpu"}))
+        run = loop.Run(tmp_path, build_config("group_rnn", "lm", {**RUN_OPTIONS, "steps": steps, "device": "cpu"}))
         run.optimizers = optim.Optimizers(run.model, run.train, capturable=capturable)
         return run
 

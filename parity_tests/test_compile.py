@@ -193,14 +193,14 @@ def test_a_compiled_call_still_refuses_out_of_range_tokens_and_off_group_paramet
 def test_a_run_with_compile_takes_the_eager_runs_steps(tmp_path):
     """``--compile aot_eager``: the same parameters after three steps of ``Run.fit`` as eager, bit for
     bit; an unknown backend is refused with the choices."""
-    from experiments import train
+    from experiments.training import loop
     from experiments.training.config import build_config
 
     torch._dynamo.reset()
     options = {"dataset": "ptb_char", "group": "O", "n": 4, "embedding_dim": 4, "steps": 3, "batch": 2,
                "length": 6, "eval_tokens": 16, "eval_every": 3, "compile": "aot_eager"}
-    compiled = train.Run(tmp_path / "compiled", build_config("group_rnn", "lm", options))
-    eager = train.Run(tmp_path / "eager", build_config("group_rnn", "lm", {**options, "compile": None}))
+    compiled = loop.Run(tmp_path / "compiled", build_config("group_rnn", "lm", options))
+    eager = loop.Run(tmp_path / "eager", build_config("group_rnn", "lm", {**options, "compile": None}))
     for run in (compiled, eager):
         run.directory.mkdir()
         run.fit()

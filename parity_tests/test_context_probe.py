@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import train
 from experiments.models import build_model
 from experiments.studies.charlm_v2 import context_probe
 from experiments.studies.charlm_v2.context_probe import position_bins, probe, probe_accuracy, readout_bits, readout_inputs
+from experiments.training import loop
 from experiments.training.config import build_config
 
 TINY = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eval_every": 2, "eval_tokens": 64,
@@ -52,7 +52,7 @@ def test_the_probe_accuracy_is_one_for_an_encoded_target_and_chance_for_noise():
 def test_the_probe_runs_on_finished_runs_and_writes_its_record(tmp_path):
     for name, model, options in (("rnn-O-seed0", "group_rnn", {"group": "O", "n": 4, "embedding_dim": 5}),
                                  ("lstm-seed0", "lstm", {"hidden_size": 6})):
-        train.run(build_config(model, "lm", {**TINY, **options}), tmp_path / name)
+        loop.run(build_config(model, "lm", {**TINY, **options}), tmp_path / name)
     sizes = {"windows": 16, "length": 24, "burn_in": 8, "readout_windows": 32, "steps": 30}
     record = probe([tmp_path / "rnn-O-seed0", tmp_path / "lstm-seed0"], tmp_path / "probe", **sizes)
     saved = json.loads((tmp_path / "probe" / "context_probe.json").read_text())

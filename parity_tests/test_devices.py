@@ -23,9 +23,8 @@ from torch.utils._pytree import tree_leaves
 
 import manifold_impl.manifolds
 import manifold_impl.validation
-from experiments import train
 from experiments.baselines import GPTLanguageModel, LSTMLanguageModel
-from experiments.training import rundir
+from experiments.training import loop, rundir
 from experiments.training.config import build_config
 from manifold_impl.group_rnn import GroupRNN, GroupRNNLayer
 from manifold_impl.group_transformer import GroupTransformer
@@ -215,7 +214,7 @@ def _waits_of_a_run(model, steps, checkpoint=None):
     """Host waits of ``Run.fit`` on the meta device for ``steps`` steps and one evaluation, the last;
     with ``checkpoint``, resumed from that file."""
     with tempfile.TemporaryDirectory() as directory:
-        run = train.Run(directory, build_config(model, "lm", _fit_options(model, steps)))
+        run = loop.Run(directory, build_config(model, "lm", _fit_options(model, steps)))
         if checkpoint is not None:
             run.load_checkpoint(rundir.load_checkpoint_file(checkpoint))
         with HostWaits() as mode:
@@ -228,7 +227,7 @@ def test_a_training_step_makes_the_host_wait_at_most_twice(model):
     """Two more steps of ``Run.fit`` (the evaluation at the end is the same): one read of the loss
     each (its value and finiteness at once) and the parameters' check; the ids are checked on the host."""
     extra = _waits_of_a_run(model, 4) - _waits_of_a_run(model, 2)
-    expected = collections.Counter({_read_at(train, "return loss.item()"): 2})
+    expected = collections.Counter({_read_at(loop, "return loss.item()"): 2})
     if model != "lstm":
         expected[GROUP_CHECK] = 2
     assert extra == expected, extra
@@ -239,7 +238,7 @@ def test_a_training_step_makes_the_host_wait_at_most_twice(model):
 def test_a_resumed_run_makes_the_host_wait_as_often_as_a_fresh_one(model, tmp_path):
     """A run trained on the CPU to step 2 and resumed on the device for 2 more steps waits like the
     first 2 steps of a fresh run: the optimizers' step counts stay on the host, where AdamW reads them."""
-    run = train.Run(tmp_path, build_config(model, "lm", _fit_options(model, 2, device="cpu")))
+    run = loop.Run(tmp_path, build_config(model, "lm", _fit_options(model, 2, device="cpu")))
     run.fit()
     assert run.checkpoint_path.exists()
     assert _waits_of_a_run(model, 4, run.checkpoint_path) == _waits_of_a_run(model, 2)
@@ -251,7 +250,7 @@ def test_an_evaluation_makes_the_host_wait_no_more_for_longer_windows(model):
     waits = []
     for length in (4, 12):
         with tempfile.TemporaryDirectory() as directory:
-            run = train.Run(directory, build_config(model, "lm", _fit_options(model, 2, length=length)))
+            run = loop.Run(directory, build_config(model, "lm", _fit_options(model, 2, length=length)))
             with HostWaits():  # the first call puts the group's index tensors on the device
                 run.evaluate("valid")
             with HostWaits() as mode:

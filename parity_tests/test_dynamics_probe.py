@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from experiments.studies.large_n_divergence import dynamics_probe as probe
-from experiments.train import Run
+from experiments.training.loop import Run
 
 BASE = probe.Arm(n=4, embedding_dim=5, lr=1e-2)
 

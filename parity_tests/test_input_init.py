@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import train
 from experiments.studies.state_tracking import state_tracking
 from experiments.studies.state_tracking.arms import remedy_arms, spread_arms
+from experiments.training import loop
 from experiments.training.config import build_config
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from manifold_impl.group_rnn import fit_input_map as torch_fit_input_map
@@ -167,7 +167,7 @@ def test_training_smoke_run_with_spread(tmp_path):
     config = build_config("group_rnn", "count", {
         "modulus": 2, "group": "SO", "n": 3, "embedding_dim": 4, "recurrent": False, "input_init": "spread",
         "steps": 2, "batch": 2, "eval_every": 2, "eval_sequences": 2, "eval_max_length": 128})
-    train.run(config, tmp_path / "run")
+    loop.run(config, tmp_path / "run")
     assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["input_init"] == "spread"
     assert 0 <= json.loads((tmp_path / "run" / "final.json").read_text())["test_accuracy@128"] <= 1
 
@@ -176,16 +176,16 @@ def test_a_checkpoint_recorded_before_the_option_resumes(tmp_path):
     options = {"modulus": 2, "group": "SO", "n": 3, "embedding_dim": 4, "recurrent": False, "steps": 2, "batch": 2,
                "eval_every": 2, "checkpoint_every": 1, "eval_sequences": 2, "eval_max_length": 128}
     directory = tmp_path / "run"
-    train.run(build_config("group_rnn", "count", options), directory)
+    loop.run(build_config("group_rnn", "count", options), directory)
     record = json.loads((directory / "config.json").read_text())
     del record["model"]["input_init"]
     (directory / "config.json").write_text(json.dumps(record))
     state = torch.load(directory / "checkpoint.pt", weights_only=True)
     state["config"] = json.dumps(record)  # the configuration it holds, as recorded before the option
     torch.save(state, directory / "checkpoint.pt")
-    train.run(build_config("group_rnn", "count", options), directory)  # the same run: no ValueError
+    loop.run(build_config("group_rnn", "count", options), directory)  # the same run: no ValueError
     with pytest.raises(ValueError, match="cannot resume .*model.input_init is 'spread' here but 'default'"):
-        train.run(build_config("group_rnn", "count", {**options, "input_init": "spread"}), directory)
+        loop.run(build_config("group_rnn", "count", {**options, "input_init": "spread"}), directory)
 
 
 def test_state_tracking_preset_has_a_spread_twin_of_every_input_driven_rnn_arm():

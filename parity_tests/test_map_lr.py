@@ -7,7 +7,6 @@ import geoopt
 import pytest
 import torch
 
-from experiments import train
 from experiments.models import build_model
 from experiments.training import optim
 from experiments.training.config import RunConfig, TrainConfig, build_config

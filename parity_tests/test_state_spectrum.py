@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import train
 from experiments.studies.charlm_v2.state_spectrum import RANK_TOLERANCE, measure, spectrum, trace_blowup
+from experiments.training import loop
 from experiments.training.config import build_config
 from manifold_impl.group_rnn import GroupRNN as TorchGroupRNN
 from parity_tests.harness import to_torch
@@ -50,7 +50,7 @@ def test_measure_reads_finished_runs_and_refuses_others(tmp_path):
     run = tmp_path / "rnn-GL-seed0"
     options = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eval_every": 2, "eval_tokens": 64,
                "checkpoint_every": 2, "group": "GL", "n": 3, "embedding_dim": 5}
-    train.run(build_config("group_rnn", "lm", options), run)
+    loop.run(build_config("group_rnn", "lm", options), run)
     record = measure([run], tmp_path / "out", length=40, streams=3)
     assert record["runs"]["rnn-GL-seed0"]["arm"] == "rnn-GL" and len(record["runs"]["rnn-GL-seed0"]["sigma_min"]) == 40
     assert json.loads((tmp_path / "out" / "state_spectrum.json").read_text()) == record
@@ -63,7 +63,7 @@ def test_a_blowup_replays_the_run_to_its_failing_step_and_finds_the_first_broken
     run = tmp_path / "rnn-GL-seed0"
     options = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eval_every": 2, "eval_tokens": 64,
                "checkpoint_every": 2, "group": "GL", "n": 3, "embedding_dim": 5}
-    train.run(build_config("group_rnn", "lm", options), run)
+    loop.run(build_config("group_rnn", "lm", options), run)
     with pytest.raises(ValueError, match="non-finite loss"):
         trace_blowup(run)  # it finished its steps
     config = json.loads((run / "config.json").read_text())

@@ -418,7 +418,7 @@ def test_a_sweep_grown_past_its_edges_moves_the_runs_of_its_old_choice_aside_and
 
 def test_a_full_budget_search_run_is_reused_as_its_seeds_run_and_equals_training_it_again(tmp_path):
     from experiments.sweep_run import SweepRun, Tuning
-    from experiments.train import run as train_run
+    from experiments.training.loop import run as train_run
     from experiments.training.config import build_config
     from experiments.tuning import choose_rates, reuse_search_runs, tuning_runs, with_chosen_rates
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import train
 from experiments.models import MODEL_CONFIGS, build_model
 from experiments.tasks import task_class, task_classes
 from experiments.tasks.base import IGNORE_INDEX, Task
+from experiments.training import loop
 from experiments.training.config import build_config
 
 SMOKE = {  # per task: tiny task options
@@ -77,7 +77,7 @@ def test_a_task_keeps_the_contract(name):
 @pytest.mark.parametrize("model", sorted(TINY_MODELS))
 def test_every_model_trains_on_every_task(tmp_path, model, task):
     options = {**SMOKE[task], **TINY_MODELS[model], "steps": 2, "batch": 2, "eval_every": 2}
-    final = train.run(build_config(model, task, options), tmp_path / "run")
+    final = loop.run(build_config(model, task, options), tmp_path / "run")
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [2] and final["steps"] == 2
     assert all(np.isfinite(v) for k, v in final.items() if isinstance(v, float))

@@ -44,7 +44,7 @@ def test_wrap():
 def test_the_probe_trains_through_the_training_loop_and_keeps_its_angles(tmp_path):
     """An ``AngleRun`` trains the parameters a plain ``Run`` of its configuration trains; its path starts
     at the angles ``prepare`` set and has one entry per step after them."""
-    from experiments.train import Run
+    from experiments.training.loop import Run
 
     config = probe.run_config(probe.so2_config(), seed=1, steps=4, batch=8, ramp=3)
     (tmp_path / "watched").mkdir()

@@ -16,8 +16,9 @@ import torch
 
 from experiments import train
 from experiments.models import build_model
-from experiments.training import config as training_config, optim, rundir
+from experiments.training import config as training_config, loop, optim, rundir
 from experiments.training.config import RunConfig, TrainConfig, build_config, resolve_device, step_memory_floor
+from experiments.training.progress import Progress
 from reference.config import GroupRNNConfig
 from parity_tests.tolerances import RESUME_RTOL
 
@@ -176,7 +177,7 @@ def test_the_progress_bar_shows_the_training_metrics_and_the_last_validation_sco
             return True
 
     stream = Terminal()
-    progress = train.Progress("r", 4, 0, stream=stream, selection_key="valid_bits")
+    progress = Progress("r", 4, 0, stream=stream, selection_key="valid_bits")
     progress.start("what runs")
     progress.step(1, {"train_bits": 3.0}, 100.0, 0.5)
     progress.evaluation({"step": 1, "train_bits": 3.0, "valid_bits": 2.5}, 100.0)
@@ -447,7 +448,7 @@ def test_a_finished_run_without_a_checkpoint_resumes_as_finished_and_is_not_trai
         f"{directory} already holds a run")
     config = train.resume_config(directory, ["--steps", "6"])
     with pytest.raises(ValueError, match=f"cannot continue {directory} to step 6: it holds a finished run without"):
-        train.run(config, directory)
+        loop.run(config, directory)
     assert files(directory) == before
 
 
@@ -592,13 +593,13 @@ def test_device_auto_is_resolved_when_the_run_starts(tmp_path, monkeypatch):
     config = build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 4, "steps": 1, "batch": 1,
                                          "length": 4, "eval_tokens": 8, "device": "auto"})
     assert config.train.device == "auto"
-    train.run(config, tmp_path / "run")
+    loop.run(config, tmp_path / "run")
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["device"] == "cpu"
     assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
     with pytest.raises(ValueError, match="--device cuda:1: .*no CUDA device"):
         resolve_device("cuda:1")  # refused before any work, not an AssertionError deep in torch
     with pytest.raises(ValueError, match="no CUDA device"):
-        train.run(dataclasses.replace(config, train=dataclasses.replace(config.train, device="cuda")), tmp_path / "r2")
+        loop.run(dataclasses.replace(config, train=dataclasses.replace(config.train, device="cuda")), tmp_path / "r2")
     assert not (tmp_path / "r2").exists()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_device("cuda:1") == "cuda:1"
@@ -619,12 +620,12 @@ def test_a_run_without_a_checkpoint_starts_over_without_stale_metrics(tmp_path):
     (directory / "metrics.jsonl").write_text(json.dumps({"step": 2, "train_bits": 9.0}) + "\n")  # a died attempt
     config = build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 4, "steps": 2, "batch": 1,
                                          "length": 4, "eval_tokens": 8, "eval_every": 2})
-    train.run(config, directory)
+    loop.run(config, directory)
     assert [m["train_bits"] != 9.0 for m in metrics(directory)] == [True]
     other = build_config("lstm", "lm", {"dataset": "ptb_char", "hidden_size": 5, "steps": 2, "batch": 1,
                                         "length": 4, "eval_tokens": 8})
     with pytest.raises(ValueError, match="cannot resume .*model.hidden_size is 5 here but 4 in the checkpoint"):
-        train.run(other, directory)
+        loop.run(other, directory)
 
 
 def test_the_best_validation_model_is_kept_and_tested(tmp_path, monkeypatch):
@@ -633,13 +634,13 @@ def test_the_best_validation_model_is_kept_and_tested(tmp_path, monkeypatch):
     from experiments.tasks.lm import LanguageModelling
 
     scores = iter([3.0, 1.0, 2.0, 5.0])
-    original = train.Run._log
+    original = loop.Run._log
 
     def log_with_script(self, record):
         original(self, record)
         record["scripted"] = next(scores)
 
-    monkeypatch.setattr(train.Run, "_log", log_with_script)
+    monkeypatch.setattr(loop.Run, "_log", log_with_script)
     monkeypatch.setattr(LanguageModelling, "selection_key", "scripted")
     directory = tmp_path / "run"
     assert train.main([*ARGS[:-10], "--steps", "8", "--eval-every", "2", "--checkpoint-every", "2",
@@ -671,13 +672,13 @@ def test_a_non_finite_loss_stops_the_run_and_the_best_finite_model_is_tested(tmp
     options = {"dataset": "ptb_char", "hidden_size": 8, "steps": 6, "batch": 2, "length": 8, "eval_every": 2,
                "checkpoint_every": 2, "eval_tokens": 200, "schedule": "constant"}
     monkeypatch.setattr(optim.Optimizers, "step_optimizers", poisoned_after_three)
-    final = train.run(build_config("lstm", "lm", options), tmp_path / "poisoned")
+    final = loop.run(build_config("lstm", "lm", options), tmp_path / "poisoned")
     monkeypatch.setattr(optim.Optimizers, "step_optimizers", step)
     assert final["stopped"] == "training loss not finite at step 4" and final["steps"] == 3
     logged = metrics(tmp_path / "poisoned")
     assert [m["step"] for m in logged] == [2, 3] and logged[-1]["stopped"] == final["stopped"]
     assert torch.isnan(torch.tensor([logged[-1]["train_bits"], logged[-1]["valid_bits"]])).all()
-    clean = train.run(build_config("lstm", "lm", {**options, "steps": 2}), tmp_path / "clean")
+    clean = loop.run(build_config("lstm", "lm", {**options, "steps": 2}), tmp_path / "clean")
     assert final["best_step"] == 2 and final["test_bits_per_token"] == clean["test_bits_per_token"]
     assert "stopped" not in clean
 

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from experiments import train
-from experiments.training.config import build_config
+from experiments.training import loop
+from experiments.training.config import build_config, command_line
 from manifold_impl.group_rnn import GroupRNNLayer as TorchGroupRNNLayer
 from parity_tests.harness import to_torch
 from reference.config import GroupRNNConfig
@@ -77,7 +78,7 @@ def test_training_smoke_run_from_the_command_line_options(tmp_path):
         "--steps", "2", "--batch", "2", "--eval-every", "2", "--eval-sequences", "2", "--eval-max-length", "128"])
     assert options["update_bound"] == 3.14
     config = build_config("group_rnn", "count", options)
-    assert "--update-bound" in train.command_line(config, tmp_path)
-    train.run(config, tmp_path / "run")
+    assert "--update-bound" in command_line(config, tmp_path)
+    loop.run(config, tmp_path / "run")
     assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["update_bound"] == 3.14
     assert 0 <= json.loads((tmp_path / "run" / "final.json").read_text())["test_accuracy@128"] <= 1

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from experiments import train
+from experiments.training import loop
 from experiments.bench.compiled_step import compiled_step
 from experiments.bench.group_rnn import lstm_matched_cases, matched_contenders
 from experiments.bench.timing import alternate, machine_record
@@ -47,7 +47,7 @@ def syncs_of_a_training_step(group, device, quick=False):
     options = {"group": group, "n": 8, "embedding_dim": 16, "batch": 8, "delay": 10 if quick else 100,
                "device": str(device), **({"block": 2} if group == "BO" else {})}
     with tempfile.TemporaryDirectory() as directory:
-        run = train.Run(directory, build_config("group_rnn", "copy", options))
+        run = loop.Run(directory, build_config("group_rnn", "copy", options))
         batches = [run.task.train_batch(run.rng, run.train.batch, step) for step in range(2)]
         run.backward(*batches[0])
         run.update()

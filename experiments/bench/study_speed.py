@@ -3,7 +3,7 @@
 
 The tokens/s in a sweep's ``final.json`` are measured while the other worker trains beside it, so
 they vary with that load. This builds each arm's first run as the sweep trains it (its model, task,
-batch, length and optimizers: ``experiments.train.Run``, one torch thread like a sweep worker) and
+batch, length and optimizers: ``experiments.training.loop.Run``, one torch thread like a sweep worker) and
 runs the real training loop (``Run.fit``) for ``--seconds`` per arm in turns: one warm-up turn,
 then ``--rounds`` timed ones. It prints and saves (default ``<sweep's OUT>/speed.json``, with the
 machine's description) the median tokens/s of each arm and its ratio to the first arm, the LSTM
@@ -24,7 +24,7 @@ import torch
 from experiments.bench.timing import machine_record
 from experiments.cli import CommandParser
 from experiments.sweeps import PRESETS, load_sweep
-from experiments.train import Run
+from experiments.training.loop import Run
 from experiments.training.config import build_config
 from experiments.tuning import arm_templates
 

@@ -254,3 +254,14 @@ def load_run_model(directory, checkpoint="best.pt"):
     model = build_model(config.model)
     model.load_state_dict(load_checkpoint_file(Path(directory) / checkpoint)["model"])
     return config, model.eval()
+
+
+def command_line(config, directory):
+    """The ``experiments.train`` arguments that rebuild ``config``: model, task and every non-default field."""
+    argv = ["--model", config.train.model, "--task", config.train.task]
+    for part in (config.train, config.task, config.model):
+        for field in dataclasses.fields(part):
+            value = getattr(part, field.name)
+            if field.name not in ("model", "task", "vocab_size") and value != field.default:
+                argv += [f"--{field.name.replace('_', '-')}", str(value)]
+    return [*argv, "--run-dir", str(directory)]

@@ -25,7 +25,7 @@ from experiments.cli import CommandParser
 from experiments.data import load_dataset
 from experiments.studies.charlm_v2.context_probe import runs_with_best
 from experiments.sweep_run import arm_of
-from experiments.train import Run
+from experiments.training.loop import Run
 from experiments.training.config import load_run_model, recorded_config
 from manifold_impl.group_rnn import GroupRNN
 

@@ -27,7 +27,7 @@ from experiments.baselines import LSTMConfig
 from experiments.cli import CommandParser
 from experiments.data import load_dataset
 from experiments.tasks.lm import LanguageModellingConfig
-from experiments.train import Run
+from experiments.training.loop import Run
 from experiments.training.config import RunConfig, TrainConfig
 from experiments.training.optim import Optimizers
 from manifold_impl.linalg import realvec

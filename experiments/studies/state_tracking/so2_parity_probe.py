@@ -25,7 +25,7 @@ from experiments.cli import CommandParser
 from experiments.models import build_model
 from experiments.tasks.base import split_generator
 from experiments.tasks.count import CountingConfig, parity_batch
-from experiments.train import Run
+from experiments.training.loop import Run
 from experiments.training.config import RunConfig, TrainConfig
 from reference.config import GroupRNNConfig
 
