@@ -19,7 +19,8 @@ from torch import nn
 
 from experiments.positions import POSITIONS, alibi_mask, rotate
 from manifold_impl.linalg import expm
-from manifold_impl.validation import check_cache, check_tokens
+from manifold_impl.validation import check_tokens
+from reference.checks import check_cache
 from reference.config import model_config
 
 GPT_INIT_STD = 0.02

@@ -39,7 +39,8 @@ from manifold_impl.linalg import _DEVICE_SQUARINGS, _fixed_count, dagger, polar_
 from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_precision, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
-from manifold_impl.validation import check_cache, check_state, check_tokens
+from manifold_impl.validation import check_state, check_tokens
+from reference.checks import check_cache
 from reference.config import (GroupRNNConfig, forget_steps, layer_prefixes, model_config, rnn_layer_config,
                               rnn_layer_repr, upper_layer_config)
 

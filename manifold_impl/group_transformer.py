@@ -25,7 +25,8 @@ from manifold_impl.linalg import realvec
 from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_precision, group_parameter
 from manifold_impl.mixing import TangentMixing
 from manifold_impl.readouts import READOUTS
-from manifold_impl.validation import check_cache, check_tokens
+from manifold_impl.validation import check_tokens
+from reference.checks import check_cache
 from reference.config import GroupTransformerConfig, model_config
 
 

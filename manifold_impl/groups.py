@@ -28,6 +28,7 @@ from manifold_impl.linalg import (
     _expm_saving, _expm_vjp, dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr,
     polar, skew, special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
 )
+from reference.checks import group_arguments
 
 SETTLE_STEPS = 3  # mirror of reference.groups.SETTLE_STEPS
 _REAL = (torch.float32, torch.float64)
@@ -830,10 +831,5 @@ GROUPS = {cls.name: cls for cls in
 
 def get_group(name, n, block=None):
     """Mirror of reference.groups.get_group."""
-    if name not in GROUPS:
-        raise ValueError(f"unknown group {name!r}; choose one of {sorted(GROUPS)}")
-    if name == "BO":
-        return BlockOrthogonal(n, 2 if block is None else block)
-    if block is not None:
-        raise ValueError(f"block={block} only applies to group 'BO', not {name!r}")
-    return GROUPS[name](n)
+    arguments = group_arguments(name, GROUPS, block)  # refuses an unknown name before it is looked up
+    return GROUPS[name](n, *arguments)

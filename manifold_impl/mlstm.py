@@ -37,7 +37,8 @@ import torch.utils.checkpoint
 from torch import nn
 
 from manifold_impl.draws import normal_
-from manifold_impl.validation import check_cache, check_tokens
+from manifold_impl.validation import check_tokens
+from reference.checks import check_cache, check_mlstm_state_fields
 from reference.config import (MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR, MLSTMConfig,
                               model_config)
 
@@ -73,18 +74,10 @@ class MLSTMCache(NamedTuple):
 
 
 def check_mlstm_state(config, state, batch):
-    """Raise a ValueError naming the field unless ``state`` is an MLSTMState of ``config``'s shapes."""
-    if not isinstance(state, tuple) or len(state) != 4:
-        raise TypeError(f"state must be an MLSTMState (4 tensors), got {type(state).__name__}")
-    heads, head_dim, inner = config.num_heads, config.head_dim, config.inner_dim
-    expected = MLSTMState((batch, config.conv1d_kernel_size - 1, inner), (batch, heads, head_dim, head_dim),
-                          (batch, heads, head_dim), (batch, heads))
-    for name, value, shape in zip(MLSTMState._fields, state, expected):
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"state.{name} must be a torch.Tensor, got {type(value).__name__}")
-        if tuple(value.shape) != shape:
-            raise ValueError(f"state.{name} must have shape {shape}, got {tuple(value.shape)}")
-    return MLSTMState(*state)
+    """Mirror of reference.mlstm.check_mlstm_state: every field a torch.Tensor."""
+    return check_mlstm_state_fields(config, state, batch, MLSTMState,
+                                    lambda value: value.shape if isinstance(value, torch.Tensor) else None,
+                                    array="torch.Tensor")
 
 
 # --- reads ---------------------------------------------------------------------------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 
 from manifold_impl.linalg import default_atol
@@ -74,22 +72,3 @@ def check_state(group, state, batch, dtype, layers=None):
                              f"cast to float64 is; move it onto the group in float64 with group.nearest(state)")
         raise ValueError(f"state is not on {group!r}: {reason}")
     return state
-
-
-def check_position(position):
-    """Validate a global token index ``position`` (an int ≥ 0, not a bool)."""
-    if isinstance(position, bool) or not isinstance(position, numbers.Integral):
-        raise TypeError(f"position must be an int, got {type(position).__name__}")
-    if position < 0:
-        raise ValueError(f"position must be at least 0, got {position}")
-    return position
-
-
-def check_cache(cache, cache_type):
-    """Validate that ``cache`` is a ``cache_type`` (a NamedTuple with a ``position`` field) and
-    its position; the model checks the other fields. Returns the cache."""
-    if not isinstance(cache, cache_type):
-        raise TypeError(f"cache must be a {cache_type.__name__} (the cache an earlier call returned), "
-                        f"got {type(cache).__name__}")
-    check_position(cache.position)
-    return cache

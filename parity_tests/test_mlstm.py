@@ -370,6 +370,12 @@ def test_bad_state_raises(tree):
             bad = cache._replace(state=cache.state._replace(stabilizer=cache.state.stabilizer[..., None]))
             with pytest.raises(ValueError, match="state.stabilizer"):
                 model(torch.from_numpy(tokens), bad)
+            bad = cache._replace(state=cache.state._replace(normalizer=cache.state.normalizer.numpy()))
+            with pytest.raises(TypeError, match="state.normalizer must be a torch.Tensor, got ndarray"):
+                model(torch.from_numpy(tokens), bad)
+    short = cache._replace(state=tuple(cache.state)[:3])
+    with pytest.raises(TypeError, match=r"state must be an MLSTMState \(4 arrays\), got tuple"):
+        model.forward(params, tokens, short) if tree == "reference" else model(torch.from_numpy(tokens), short)
 
 
 BAD_CONFIGS = {

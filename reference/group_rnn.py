@@ -59,6 +59,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import getval
 
+from reference.checks import check_cache
 from reference.config import (GroupRNNConfig, forget_steps, layer_prefixes, model_config, rnn_layer_config,
                               rnn_layer_repr, upper_layer_config)
 from reference.groups import get_group
@@ -66,7 +67,7 @@ from reference.linalg import dagger, polar_newton_schulz
 from reference.mixing import TangentMixing
 from reference.params import ParamSpec, SpecModel, prefixed, sub_params
 from reference.readouts import READOUTS
-from reference.validation import check_cache, check_state, check_tokens
+from reference.validation import check_state, check_tokens
 
 
 RECURRENT_GAIN = 0.05  # initial scale of U relative to W (see GroupRNNCell.param_spec)

@@ -108,6 +108,7 @@ import numpy as np
 from autograd.scipy.special import erf, logsumexp
 from autograd.tracer import getval
 
+from reference.checks import check_cache
 from reference.config import GroupTransformerConfig, model_config
 from reference.group_rnn import drive_scale
 from reference.groups import get_group
@@ -115,7 +116,7 @@ from reference.linalg import frobenius_inner
 from reference.mixing import TangentMixing
 from reference.params import ParamSpec, SpecModel, prefixed, sub_params
 from reference.readouts import READOUTS
-from reference.validation import check_cache, check_tokens
+from reference.validation import check_tokens
 
 
 def position_scale(group):

@@ -51,6 +51,7 @@ from functools import cached_property
 import autograd.numpy as anp
 import numpy as np
 
+from reference.checks import group_arguments
 from reference.linalg import (
     dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr, polar, skew,
     special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
@@ -648,11 +649,7 @@ GROUPS = {cls.name: cls for cls in
 
 
 def get_group(name, n, block=None):
-    """The group called ``name`` (one of GROUPS) of n×n matrices; ``block`` only for BO (default 2)."""
-    if name not in GROUPS:
-        raise ValueError(f"unknown group {name!r}; choose one of {sorted(GROUPS)}")
-    if name == "BO":
-        return BlockOrthogonal(n, 2 if block is None else block)
-    if block is not None:
-        raise ValueError(f"block={block} only applies to group 'BO', not {name!r}")
-    return GROUPS[name](n)
+    """The group called ``name`` (one of GROUPS) of n×n matrices; ``block`` only for BO (default 2;
+    ``reference.checks.group_arguments``)."""
+    arguments = group_arguments(name, GROUPS, block)  # refuses an unknown name before it is looked up
+    return GROUPS[name](n, *arguments)

@@ -91,10 +91,11 @@ import numpy as np
 from autograd.extend import defvjp, primitive
 from autograd.tracer import getval
 
+from reference.checks import check_cache, check_mlstm_state_fields
 from reference.config import (MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR, MLSTMConfig,
                               model_config)
 from reference.params import ParamSpec, SpecModel, prefixed, sub_params
-from reference.validation import check_cache, check_tokens
+from reference.validation import check_tokens
 
 
 class MLSTMState(NamedTuple):
@@ -127,16 +128,9 @@ class MLSTMCache(NamedTuple):
 
 
 def check_mlstm_state(config, state, batch):
-    """Raise a ValueError naming the field unless ``state`` is an MLSTMState of ``config``'s shapes."""
-    if not isinstance(state, tuple) or len(state) != 4:
-        raise TypeError(f"state must be an MLSTMState (4 arrays), got {type(state).__name__}")
-    heads, head_dim, inner = config.num_heads, config.head_dim, config.inner_dim
-    expected = MLSTMState((batch, config.conv1d_kernel_size - 1, inner), (batch, heads, head_dim, head_dim),
-                          (batch, heads, head_dim), (batch, heads))
-    for name, value, shape in zip(MLSTMState._fields, state, expected):
-        if np.shape(getval(value)) != shape:
-            raise ValueError(f"state.{name} must have shape {shape}, got {np.shape(getval(value))}")
-    return MLSTMState(*state)
+    """Raise a ValueError naming the field unless ``state`` is an MLSTMState of ``config``'s shapes
+    (``reference.checks.check_mlstm_state_fields``)."""
+    return check_mlstm_state_fields(config, state, batch, MLSTMState, lambda value: np.shape(getval(value)))
 
 
 def _sigmoid(x):
