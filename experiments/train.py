@@ -46,7 +46,9 @@ def build_parser(model=None, task=None, options=True):
     run_options.add_argument("--task", default=None, choices=sorted(task_classes()), help="the task (default: lm)")
     run_options.add_argument("--run-dir", type=Path, default=None, help="the run directory (default: "
                              "runs/<model>-<task>-seed<seed>, or runs/<SWEEP>/<RUN> for --preset SWEEP/RUN)")
-    run_options.add_argument("--resume", type=Path, default=None, help="continue the run in this directory")
+    run_options.add_argument("--resume", type=Path, default=None,
+                             help="continue the run in this directory; the options given after it may change only "
+                                  + ", ".join("--" + n.replace("_", "-") for n in RESUME_OVERRIDES))
     run_options.add_argument("--preset", default=None, help="SWEEP/RUN: one training run of a sweep preset or file")
     run_options.add_argument("--params", type=value_parser(int), default=None,
                              help="size the model to this many parameters (±2%%; its free size fields, "
@@ -134,36 +136,13 @@ def main(argv=None, prog=None):
     from run RUN of a sweep (``experiments.sweeps``), at its arm's chosen rate where the sweep has
     chosen one (``preset_argv``); further pairs override them.
 
-    One loop for every task: AdamW on Euclidean parameters and RiemannianAdam on group-valued ones
-    (``geoopt.ManifoldParameter``), a group RNN's input and state maps at their n-aware rates unless
-    ``--map-lr plain`` (``map_lr_groups``), one schedule (linear warm-up, then constant or cosine to 0), the
-    gradient norm clipped to ``clip`` (``none``: not clipped), an evaluation of the task's validation
-    split every ``eval_every`` steps. The run directory holds ``config.json`` (training, task and model
-    configs), ``command.txt``, ``git_revision.txt``, ``metrics.jsonl`` (one JSON object per
-    evaluation: the task's training and validation metrics, the drift, the gradient norm of each
-    parameter group before clipping at that step, and for a group RNN its training dynamics on one
-    fixed batch; see ``experiments.analysis.diagnostics``), ``checkpoint.pt`` (written atomically every
-    ``checkpoint_every`` steps: model, optimizers, schedule, step, both random generators and the best
-    model so far, as tensors and JSON: it is loaded with ``weights_only=True``, so a checkpoint that
-    carries a pickled object is refused), ``best.pt`` (the model at the evaluation with the lowest
-    ``task.selection_key``, for language modelling the validation bits, with its step and score)
-    and ``final.json`` (the task's validation and test metrics of that best model, or of the last
-    one for a task that does not select, ``best_step``, tokens/s, parameters, the drift of
-    group-valued tensors). A training loss that is not finite ends the run: the model of the last
-    completed step is evaluated like any other (into ``metrics.jsonl``, and kept if it is the best), and
-    ``final.json`` says why under ``stopped`` (``steps``: the steps completed; with no finite
-    evaluation ``best_step`` is null and the last model is tested).
-    A run killed at any point and continued with ``--resume`` produces the same metrics and
-    parameters as an uninterrupted one, bit for bit, on the CPU (tested). The checkpoint holds the
-    run's configuration; a resume refuses any other (an edited ``config.json`` included), except for
-    ``RESUME_OVERRIDES`` given after ``--resume DIR`` (``--steps`` at least the checkpoint's step),
-    which ``config.json`` and ``resumes.jsonl`` record. A resume changes nothing where it cannot
-    continue: a directory without ``checkpoint.pt`` is refused, and a run that finished its steps
-    is left as it is (exit 0; ``--steps N`` above them continues it). One process at a time trains in a directory (it
-    holds ``run.lock``); every file but the appended ``*.jsonl`` is written to a temporary file and
-    renamed over, and a failed write (a full disk) is an ``OSError`` naming the file and leaves no
-    temporary file behind. Progress goes to stderr: a bar on a terminal, otherwise one
-    plain line per evaluation.
+    One loop for every task (``experiments.training.loop``): AdamW on Euclidean parameters and
+    RiemannianAdam on group-valued ones (``geoopt.ManifoldParameter``), a group RNN's input and state
+    maps at their n-aware rates unless ``--map-lr plain``, one schedule (linear warm-up, then constant
+    or cosine to 0), the gradient norm clipped to ``clip`` (``none``: not clipped), an evaluation of the
+    task's validation split every ``eval_every`` steps. What the run directory holds, and how a resume
+    continues it: experiments/README.md, "The run directory". Progress goes to stderr: a bar on a
+    terminal, otherwise one plain line per evaluation.
     """
     argv = sys.argv[1:] if argv is None else argv
     try:

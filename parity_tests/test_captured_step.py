@@ -212,9 +212,10 @@ def test_a_captured_run_resumes_bit_for_bit(capturable_anywhere, monkeypatch, tm
     options = {**RUN_OPTIONS, "steps": 6, "checkpoint_every": 2, "device": "cpu"}
     for name in ("whole", "resumed"):
         (tmp_path / name).mkdir()
-    whole = _captured_run(tmp_path / "whole", options, Graphs(), monkeypatch, warmup=2)
+    graphs = {name: Graphs() for name in ("whole", "first", "resumed")}
+    whole = _captured_run(tmp_path / "whole", options, graphs["whole"], monkeypatch, warmup=2)
     whole.fit()
-    first = _captured_run(tmp_path / "resumed", options, Graphs(), monkeypatch, warmup=2)
+    first = _captured_run(tmp_path / "resumed", options, graphs["first"], monkeypatch, warmup=2)
     save = first.save_checkpoint
 
     def killed_after_step_four():
@@ -225,10 +226,14 @@ def test_a_captured_run_resumes_bit_for_bit(capturable_anywhere, monkeypatch, tm
     first.save_checkpoint = killed_after_step_four
     with pytest.raises(KeyboardInterrupt):
         first.fit()
-    resumed = _captured_run(tmp_path / "resumed", options, Graphs(), monkeypatch, warmup=2)
+    resumed = _captured_run(tmp_path / "resumed", options, graphs["resumed"], monkeypatch, warmup=2)
     resumed.load_checkpoint()
     assert resumed.step == 4
     resumed.fit()
+    assert {name: g.counts for name, g in graphs.items()} == {  # the patched graphs ran every step
+        "whole": {"side-stream runs": 4, "captures": 2, "replays": 8},  # steps 1-2 warm up, 3-6 replay
+        "first": {"side-stream runs": 4, "captures": 2, "replays": 4},  # killed after step 4
+        "resumed": {"side-stream runs": 4}}  # steps 5-6 warm up again: the last step is not captured
     for name, value in whole.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[name], value), name
     assert (tmp_path / "resumed" / "metrics.jsonl").read_text() == (tmp_path / "whole" / "metrics.jsonl").read_text()

@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 STUDIES = EXPERIMENTS / "studies"
 CODE_TREES = ("reference", "manifold_impl", "parity_tests", "experiments")
-HISTORY = re.compile(r"(issue|session)s?\s+[0-9]+|finding\s+[0-9]+", re.IGNORECASE)  # across a line break too
+HISTORY = re.compile(r"(issue|session)s?\s+[0-9]+|finding\s+[0-9]+|\bissue:"
+                     r"|\b(since|before)\s+(commit\s+|revision\s+)?(?=[0-9]{0,6}[a-f])[0-9a-f]{7,40}\b",
+                     re.IGNORECASE)  # across a line break too; a figure may name the revision that measured it
 
 
 def test_every_results_folder_has_its_study_folder_with_a_readme():
@@ -49,6 +51,13 @@ def test_no_study_imports_another():
 def test_module_docstrings_are_short(path):
     docstring = ast.get_docstring(ast.parse(path.read_text(), filename=str(path)), clean=False)
     assert docstring is None or len(docstring.splitlines()) <= 15
+
+
+def test_the_history_pattern_catches_stories_not_figures():
+    stories = ["(issue: foundation, item 6)", "see issue 12", "since bb020d3 the backward", "before commit 1539ad0",
+               "in session\n3", "finding 4"]
+    figures = ["measured at commit 1539ad0", "since 2000000 steps", "before the embedding floor", "the issue is"]
+    assert [bool(HISTORY.search(text)) for text in stories + figures] == [True] * len(stories) + [False] * len(figures)
 
 
 def test_code_names_no_issue_session_or_finding():

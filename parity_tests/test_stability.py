@@ -1,4 +1,4 @@
-"""Norm preservation and stability over long horizons (issue: foundation, item 6)."""
+"""Norm preservation and stability over long horizons."""
 
 import numpy as np
 import pytest

@@ -353,6 +353,19 @@ def test_a_checkpoint_with_a_negative_step_is_refused_and_the_metrics_kept(tmp_p
     assert (directory / "metrics.jsonl").read_text() == metrics
 
 
+def test_a_checkpoint_without_its_config_is_refused_before_any_work(tmp_path):
+    directory = tmp_path / "run"
+    assert train.main([*ARGS[:-10], "--steps", "2", "--eval-every", "2", "--checkpoint-every", "2",
+                       "--eval-tokens", "100", "--run-dir", str(directory)]) == 0
+    before = {path.name: path.read_bytes() for path in directory.iterdir() if path.name != "checkpoint.pt"}
+    state = torch.load(directory / "checkpoint.pt", weights_only=True)
+    del state["config"]
+    torch.save(state, directory / "checkpoint.pt")
+    with pytest.raises(ValueError, match=r"checkpoint.pt is not a checkpoint of this trainer: it lacks config"):
+        train.main(["--resume", str(directory), "--steps", "4"])
+    assert {path.name: path.read_bytes() for path in directory.iterdir() if path.name != "checkpoint.pt"} == before
+
+
 def short_run(directory, steps=4):
     assert train.main([*ARGS[:-10], "--steps", str(steps), "--eval-every", "2", "--checkpoint-every", "2",
                        "--eval-tokens", "100", "--run-dir", str(directory)]) == 0

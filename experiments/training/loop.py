@@ -1,5 +1,5 @@
 """One training run in its directory: ``Run`` (build, train, checkpoint, evaluate) and ``run``, which
-holds the directory's lock and resumes from its checkpoint. The directory's files: ``experiments.train``."""
+holds the directory's lock and resumes from its checkpoint. The directory's files: experiments/README.md."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from experiments.training.config import RunConfig, check_memory, command_line, r
 from experiments.training.cuda_graphs import CapturedStep
 from experiments.training.optim import Optimizers, clip_and_step
 from experiments.training.progress import Progress
-from experiments.training.rundir import (append_line, atomic_save, atomic_write_text, check_resumable,
-                                         finished_record, holding_lock, load_checkpoint_file)
+from experiments.training.rundir import (CHECKPOINT_KEYS, append_line, atomic_save, atomic_write_text,
+                                         check_resumable, finished_record, holding_lock, load_checkpoint_file)
 from manifold_impl.group_rnn import GroupRNNCell
 from manifold_impl.losses import cross_entropy
 
@@ -86,13 +86,13 @@ class Run:
 
     def load_checkpoint(self, state=None):
         """Continue from ``checkpoint.pt``; ``state``: its contents, if already loaded (``load_checkpoint_file``)."""
-        state = load_checkpoint_file(self.checkpoint_path) if state is None else state
+        state = load_checkpoint_file(self.checkpoint_path, CHECKPOINT_KEYS) if state is None else state
         self.model.load_state_dict(state["model"])
         self.optimizers.load_state_dict(state["optimizers"])
         self.rng.bit_generator.state = json.loads(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"].cpu())
         self.step = state["step"]
-        self.train_seconds = state.get("train_seconds", 0.0)  # absent from checkpoints written before it
+        self.train_seconds = state["train_seconds"]
         self.best = state.get("best")
         self._truncate_metrics()
         if self.best is not None:  # best.pt may hold an evaluation after the checkpoint
@@ -296,10 +296,8 @@ def _run_locked(config, directory, argv):
         raise ValueError(f"cannot continue {directory} to step {config.train.steps}: it holds a finished run "
                          "without checkpoint.pt (trained without checkpoints, or the file was deleted)")
     if checkpoint.exists():
-        state = load_checkpoint_file(checkpoint)
-        recorded = json.loads(state["config"]) if "config" in state else \
-            json.loads((directory / "config.json").read_text())  # a checkpoint written before it held its config
-        overrides = check_resumable(RunConfig.from_json(recorded), config, state["step"], directory)
+        state = load_checkpoint_file(checkpoint, CHECKPOINT_KEYS)
+        overrides = check_resumable(RunConfig.from_json(json.loads(state["config"])), config, state["step"], directory)
         if finished is not None and state["step"] == config.train.steps:
             return _finished(directory, finished)
         training = Run(directory, config)

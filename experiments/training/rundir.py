@@ -116,14 +116,19 @@ def check_resumable(saved, config, step, directory):
     return differences
 
 
-def load_checkpoint_file(path):
+CHECKPOINT_KEYS = ("step", "config", "model", "optimizers", "numpy_rng", "torch_rng", "train_seconds")  # "best" if any
+
+
+def load_checkpoint_file(path, keys=()):
     """A checkpoint's contents, loaded onto the CPU with ``weights_only=True`` (tensors and plain data
-    only). ``load_state_dict`` copies them to the device: a model's onto its parameters, an optimizer's
+    only); ``keys``: the entries it must hold (``CHECKPOINT_KEYS`` for a checkpoint to resume from, none
+    for ``best.pt``). ``load_state_dict`` copies them to the device: a model's onto its parameters, an optimizer's
     moments beside their parameters, while its step counts stay on the host (no read back per step).
 
     Raises:
         ValueError: the file holds a pickled object of another kind (it would run code to load), is
-            empty or cut short, or its step is not a count of steps (an int ≥ 0).
+            empty or cut short, its step is not a count of steps (an int ≥ 0), or it lacks one of
+            ``keys``.
     """
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory comes last
         raise ValueError(f"{path} is not a whole checkpoint ({Path(path).stat().st_size} bytes: empty or cut short); "
@@ -136,6 +141,9 @@ def load_checkpoint_file(path):
     step = state.get("step") if isinstance(state, dict) else None
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"{path} is not a checkpoint of this trainer: its step is {step!r}, not an int ≥ 0")
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise ValueError(f"{path} is not a checkpoint of this trainer: it lacks {', '.join(missing)}")
     return state
 
 
