@@ -14,6 +14,7 @@ from experiments.cli import OptionError, OptionParser, add_config_options, name_
 from experiments.models import MODEL_CONFIGS
 from experiments.sweeps import load_sweep
 from experiments.tasks import task_class, task_classes
+from experiments.training import distributed
 from experiments.training.config import TrainConfig, build_config, check_memory, option_fields, recorded_config
 from experiments.training.loop import run
 from experiments.training.rundir import RESUME_OVERRIDES, finished_record
@@ -145,13 +146,16 @@ def main(argv=None, prog=None):
     terminal, otherwise one plain line per evaluation.
     """
     argv = sys.argv[1:] if argv is None else argv
+    argv = argv[1:] if argv[:1] == ["--"] else argv  # torchrun ... -m experiments.train -- ARGS
     try:
         config, directory, argv = configure(argv)
     except (ValueError, TypeError, OSError) as error:  # every refusal, before any work (missing data included)
         parser = build_parser(options=False)
         parser.prog = prog or parser.prog
         refuse(parser, error)
-    print(json.dumps(run(config, directory, argv)))
+    final = run(config, directory, argv)
+    if distributed.is_writer():  # under torchrun: once
+        print(json.dumps(final))
     return 0
 
 

@@ -227,7 +227,7 @@ def test_a_training_step_makes_the_host_wait_at_most_twice(model):
     """Two more steps of ``Run.fit`` (the evaluation at the end is the same): one read of the loss
     each (its value and finiteness at once) and the parameters' check; the ids are checked on the host."""
     extra = _waits_of_a_run(model, 4) - _waits_of_a_run(model, 2)
-    expected = collections.Counter({_read_at(loop, "return loss.item()"): 2})
+    expected = collections.Counter({_read_at(loop, "return distributed.mean_loss(loss).item()"): 2})
     if model != "lstm":
         expected[GROUP_CHECK] = 2
     assert extra == expected, extra

@@ -1,9 +1,12 @@
 """One training run in its directory: ``Run`` (build, train, checkpoint, evaluate) and ``run``, which
-holds the directory's lock and resumes from its checkpoint. The directory's files: experiments/README.md."""
+holds the directory's lock and resumes from its checkpoint; under torchrun each process trains its
+rows of the global batch and rank 0 alone writes (``distributed``). The directory's files:
+experiments/README.md."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import sys
@@ -19,6 +22,7 @@ from experiments.models import build_model
 from experiments.params_budget import count_parameters
 from experiments.provenance import git_revision, write_provenance
 from experiments.tasks import task_class
+from experiments.training import distributed
 from experiments.training.config import RunConfig, check_memory, command_line, resolve_device
 from experiments.training.cuda_graphs import CapturedStep
 from experiments.training.optim import Optimizers, clip_and_step
@@ -42,6 +46,12 @@ def group_drift(model):
     return max((p.manifold.group.distance(p.detach()).max().item() for p in compact_group_parameters(model)),
                default=0.0)
 
+
+def recorded(config):
+    """What ``config.json`` holds: the RunConfig's JSON and the processes that train it (``world_size``)."""
+    return {**config.to_json(), "world_size": distributed.world()[1]}
+
+
 class Run:
     """One training run in a directory: build, train (resuming from its checkpoint), evaluate."""
 
@@ -51,6 +61,8 @@ class Run:
         generator = torch.Generator().manual_seed(self.train.seed)
         self.model = build_model(config.model, device=self.train.device, dtype=getattr(torch, self.train.dtype),
                                  generator=generator)
+        distributed.start(self.train.device)
+        self.trained = distributed.wrap(self.model)  # what the training step calls: DDP under torchrun
         self.optimizers = Optimizers(self.model, self.train, capturable=self.train.cuda_graphs)
         self.training_loss = self._compiled_loss()
         self.captured = CapturedStep(self.model, self.training_loss, self.optimizers, self.train.clip) \
@@ -72,11 +84,15 @@ class Run:
         return self.directory / "best.pt"
 
     def save_config(self, argv):
+        if not distributed.is_writer():
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(json.dumps(self.config.to_json(), indent=2), self.directory / "config.json")
+        atomic_write_text(json.dumps(recorded(self.config), indent=2), self.directory / "config.json")
         write_provenance(self.directory, "experiments.train", argv)
 
     def save_checkpoint(self):
+        if not distributed.is_writer():
+            return
         atomic_save({"step": self.step, "config": json.dumps(self.config.to_json()), "model": self.model.state_dict(),
                      "optimizers": self.optimizers.state_dict(),
                      "numpy_rng": json.dumps(self.rng.bit_generator.state),
@@ -94,6 +110,8 @@ class Run:
         self.step = state["step"]
         self.train_seconds = state["train_seconds"]
         self.best = state.get("best")
+        if not distributed.is_writer():
+            return
         self._truncate_metrics()
         if self.best is not None:  # best.pt may hold an evaluation after the checkpoint
             atomic_save(self.best, self.best_path)
@@ -172,21 +190,23 @@ class Run:
 
     def _loss(self, inputs, targets):
         """The training loss of one batch (the function ``train.compile`` compiles)."""
-        logits, _ = self.model(inputs)
+        logits, _ = self.trained(inputs)
         return cross_entropy(logits, targets.to(logits.device, non_blocking=True))
 
     def backward(self, inputs, targets):
         """The forward and backward pass of one training batch (ids on the host: the model checks them
         there); returns the loss, read once, after the backward pass is queued. Page-locked on CUDA,
-        the batch is copied without blocking."""
+        the batch is copied without blocking. Under torchrun this process takes its rows of the global
+        batch, the gradients are averaged over the processes, and the loss is the global batch's."""
         if self.captured is not None:
             return self.captured.backward(inputs, targets)
+        inputs, targets = distributed.rows(inputs), distributed.rows(targets)
         if torch.device(self.train.device).type == "cuda":
             inputs, targets = inputs.pin_memory(), targets.pin_memory()
         loss = self.training_loss(inputs, targets)
         self.optimizers.zero_grad()
         loss.backward()
-        return loss.item()
+        return distributed.mean_loss(loss).item()
 
     def update(self):
         """Clip the gradients (``train.clip``) and step the optimizers and their schedules."""
@@ -200,6 +220,7 @@ class Run:
         train = self.train
         start, tokens, seconds_before = time.perf_counter(), 0, self.train_seconds
         progress = Progress(self.directory.name, train.steps if deadline is None else None, self.step,
+                            stream=None if distributed.is_writer() else io.StringIO(),  # rank 0 alone prints
                             selection_key=self.task.selection_key, drift=bool(compact_group_parameters(self.model)))
         progress.start(self.description())
         while self.step < train.steps and (deadline is None or time.perf_counter() < deadline):
@@ -207,12 +228,14 @@ class Run:
             value = self.backward(inputs, targets)
             if not math.isfinite(value):  # diverged: no later step can recover, so stop and say so
                 self.stopped = f"training loss not finite at step {self.step + 1}"
-                record = {"step": self.step, **self.task.train_metrics(value), **self.evaluate("valid"),
-                          "drift": group_drift(self.model), **self.diagnose(), "stopped": self.stopped}
-                self._log(record)  # the model of the last completed step, evaluated like any other
-                self._keep_if_best(record)
+                if distributed.is_writer():  # the model of the last completed step, evaluated like any other
+                    record = {"step": self.step, **self.task.train_metrics(value), **self.evaluate("valid"),
+                              "drift": group_drift(self.model), **self.diagnose(), "stopped": self.stopped}
+                    self._log(record)
+                    self._keep_if_best(record)
                 break
-            evaluating = (self.step + 1) % train.eval_every == 0 or self.step + 1 == train.steps
+            evaluating = distributed.is_writer() and ((self.step + 1) % train.eval_every == 0
+                                                      or self.step + 1 == train.steps)  # by rank 0 alone
             gradients = gradient_norms(self.model) if evaluating else {}  # before clipping
             self.update()
             self.step += 1
@@ -235,7 +258,10 @@ class Run:
 
     def finish(self, tokens_per_second):
         """Write and return ``final.json``: the task's validation and test metrics of the kept model (the
-        best-validation one if the task selects, else the last), ``best_step``, and the run's figures."""
+        best-validation one if the task selects, else the last), ``best_step``, and the run's figures.
+        Under torchrun rank 0 evaluates and writes, and every rank returns its record."""
+        if not distributed.is_writer():
+            return distributed.from_writer(None)
         if self.best is not None:
             self.model.load_state_dict(self.best["model"])
         best_step = self.best["step"] if self.best else (None if self.task.selection_key else self.step)
@@ -246,7 +272,7 @@ class Run:
                   "parameters": count_parameters(self.model), "drift": group_drift(self.model),
                   **({"stopped": self.stopped} if self.stopped else {})}
         atomic_write_text(json.dumps(result, indent=2), final)
-        return result
+        return distributed.from_writer(result)
 
 
 def run(config, directory, argv=None):
@@ -260,7 +286,7 @@ def run(config, directory, argv=None):
     differ only in ``RESUME_OVERRIDES``); ``config.json`` then records the configuration resumed
     with, and ``resumes.jsonl`` one line per resume: its step, the overrides (field: [before, after]),
     the git revision and ``argv``. A run whose ``final.json`` records all of ``train.steps`` is
-    returned untouched.
+    returned untouched. Under torchrun rank 0 holds the lock and writes; every rank trains.
 
     Raises:
         ValueError: ``directory`` holds a checkpoint of a different configuration, or a finished run
@@ -272,8 +298,10 @@ def run(config, directory, argv=None):
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, device=resolve_device(config.train.device)))
     check_memory(config)
+    distributed.check_training(config.train)
+    distributed.start(config.train.device)
     directory.mkdir(parents=True, exist_ok=True)
-    with holding_lock(directory):
+    with distributed.writer_holding(holding_lock(directory)):
         return _run_locked(config, directory, argv)
 
 
@@ -281,8 +309,9 @@ def _finished(directory, final):
     """Say that the run in ``directory`` has nothing left to train; its ``final`` record, untouched."""
     further = (f"continue it with --resume {directory} --steps N, N above {final['steps']}"
                if (directory / "checkpoint.pt").exists() else "it has no checkpoint.pt to continue from")
-    print(f"{directory} finished at step {final['steps']} (final.json): nothing to train; {further}",
-          file=sys.stderr, flush=True)
+    if distributed.is_writer():
+        print(f"{directory} finished at step {final['steps']} (final.json): nothing to train; {further}",
+              file=sys.stderr, flush=True)
     return final
 
 
@@ -302,13 +331,14 @@ def _run_locked(config, directory, argv):
             return _finished(directory, finished)
         training = Run(directory, config)
         training.load_checkpoint(state)
-        atomic_write_text(json.dumps(config.to_json(), indent=2), directory / "config.json")
-        append_line(json.dumps({"step": state["step"], "overrides": overrides, "git_revision": git_revision(),
-                                "command": command_line(config, directory) if argv is None else argv}),
-                    directory / "resumes.jsonl")
+        if distributed.is_writer():
+            atomic_write_text(json.dumps(recorded(config), indent=2), directory / "config.json")
+            append_line(json.dumps({"step": state["step"], "overrides": overrides, "git_revision": git_revision(),
+                                    "command": command_line(config, directory) if argv is None else argv}),
+                        directory / "resumes.jsonl")
     else:
         training = Run(directory, config)
-        for stale in ("metrics.jsonl", "best.pt"):  # from an attempt that died before its first checkpoint
-            (directory / stale).unlink(missing_ok=True)
+        for stale in ("metrics.jsonl", "best.pt") if distributed.is_writer() else ():
+            (directory / stale).unlink(missing_ok=True)  # from an attempt that died before its first checkpoint
         training.save_config(command_line(config, directory) if argv is None else argv)
     return training.finish(training.fit())

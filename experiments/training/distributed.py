@@ -1,0 +1,93 @@
+"""Data parallelism under torchrun: the process group, each rank's rows of the global batch, and rank
+0 as the one process that writes the run directory.
+
+``torchrun --nproc_per_node=N -m experiments.train -- ARGS`` starts N processes with ``RANK`` and
+``WORLD_SIZE`` set; one process without them is a world of one, and every function here is then a
+no-op, so the single-process path is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def world():
+    """``(rank, world size)`` from torchrun's environment; ``(0, 1)`` outside it."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def is_writer():
+    """Whether this process writes the run directory (rank 0; the only one outside torchrun)."""
+    return world()[0] == 0
+
+
+def check_training(train):
+    """Refuse, before any work, a ``TrainConfig`` that a world of more than one cannot train: a global
+    batch the ranks cannot share equally, or CUDA graphs (DDP's gradient buckets are not captured)."""
+    world_size = world()[1]
+    if train.batch % world_size:
+        raise ValueError(f"--batch {train.batch} does not split across {world_size} processes: give a multiple of "
+                         f"{world_size} (each rank trains batch / world size rows of the same global batch)")
+    if world_size > 1 and train.cuda_graphs:
+        raise ValueError(f"--cuda-graphs trains one process only, not {world_size}: drop it under torchrun")
+
+
+def start(device):
+    """Join the process group of a world of more than one (gloo on the CPU, NCCL on CUDA), once."""
+    if world()[1] > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+
+
+def rows(tensor):
+    """This rank's rows of a global batch ``tensor: [batch, ...]`` (all of it in a world of one)."""
+    rank, world_size = world()
+    share = tensor.shape[0] // world_size
+    return tensor[rank * share:(rank + 1) * share]
+
+
+def mean_loss(loss):
+    """The mean over the ranks of each rank's batch-mean ``loss`` (a 0-d tensor): the global batch's mean,
+    the same number on every rank, so that they all stop together on a loss that is not finite."""
+    if world()[1] == 1:
+        return loss
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    return total / world()[1]
+
+
+def wrap(model):
+    """``model`` under ``DistributedDataParallel`` in a world of more than one (gradients averaged over
+    the ranks in the backward pass), else ``model`` itself."""
+    if world()[1] == 1:
+        return model
+    return torch.nn.parallel.DistributedDataParallel(model)
+
+
+def from_writer(value):
+    """Rank 0's ``value`` (a JSON-able object) on every rank; ``value`` itself in a world of one."""
+    if world()[1] == 1:
+        return value
+    shared = [value]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
+
+
+def barrier():
+    if world()[1] > 1:
+        dist.barrier()
+
+
+@contextlib.contextmanager
+def writer_holding(lock):
+    """Rank 0 holds ``lock`` (a context manager) while every rank runs the block; the others start
+    once it holds it."""
+    with lock if is_writer() else contextlib.nullcontext():
+        barrier()
+        yield
