@@ -87,7 +87,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from experiments.training import loop
+from experiments.training import distributed, loop
 from experiments.training.config import build_config
 from experiments.training.loop import compact_group_parameters
 
@@ -122,6 +122,7 @@ run.update = checked_update
 run.fit()
 if dist.get_rank() == 0:
     Path(args.out).write_text(json.dumps(seen))
+distributed.stop()
 '''
 
 

@@ -45,6 +45,14 @@ def start(device):
         dist.init_process_group(backend)
 
 
+def stop():
+    """Leave the process group, once every rank is done with it (a process that exits with the group
+    alive can abort in gloo's teardown)."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def rows(tensor):
     """This rank's rows of a global batch ``tensor: [batch, ...]`` (all of it in a world of one)."""
     rank, world_size = world()

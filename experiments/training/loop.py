@@ -300,9 +300,12 @@ def run(config, directory, argv=None):
     check_memory(config)
     distributed.check_training(config.train)
     distributed.start(config.train.device)
-    directory.mkdir(parents=True, exist_ok=True)
-    with distributed.writer_holding(holding_lock(directory)):
-        return _run_locked(config, directory, argv)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with distributed.writer_holding(holding_lock(directory)):
+            return _run_locked(config, directory, argv)
+    finally:
+        distributed.stop()
 
 
 def _finished(directory, final):
