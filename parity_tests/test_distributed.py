@@ -134,14 +134,72 @@ def test_group_valued_parameters_stay_the_same_on_every_rank_and_on_their_group(
     assert seen["identical"] and seen["max_distance"] < 1e-5
 
 
+RUNS = '''"""Trains each run of a JSON list ``[[name, model, {option: value}], ...]`` (``loop.run`` on the lm
+task) into --root/name, one after another in the same torchrun processes."""
+
+import argparse
+import json
+from pathlib import Path
+
+from experiments.training import distributed, loop
+from experiments.training.config import build_config
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--runs", required=True)
+parser.add_argument("--root", required=True)
+args = parser.parse_args()
+distributed.start("cpu")  # joined once, for every run
+for name, model, options in json.loads(Path(args.runs).read_text()):
+    loop.run(build_config(model, "lm", options), Path(args.root) / name)
+distributed.stop()
+'''
+SMALL = {"dataset": "tinyshakespeare", "steps": 10, "batch": 8, "length": 32, "eval_every": 10, "eval_tokens": 512}
+MODELS = [
+    ("lstm", "lstm", {"hidden_size": 16}),
+    ("gpt", "gpt", {"width": 16, "num_heads": 2, "num_layers": 1}),
+    ("exprnn", "exprnn", {"hidden_size": 16}),
+    ("mlstm", "mlstm", {"embedding_dim": 16, "num_heads": 2}),
+    ("group_transformer", "group_transformer", {"n": 4, "num_heads": 2, "num_layers": 1}),
+    ("group_rnn-compiled", "group_rnn", {"group": "O", "n": 8, "compile": "aot_eager"}),  # its fused steps compiled
+    ("lstm-compiled", "lstm", {"hidden_size": 16, "compile": "aot_eager"}),
+]
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """Every run of ``MODELS`` trained by two processes under torchrun (one launch for all of them)."""
+    root = tmp_path_factory.mktemp("models")
+    (root / "runs.py").write_text(RUNS)
+    (root / "runs.json").write_text(json.dumps([[name, model, {**SMALL, **options}] for name, model, options in MODELS]))
+    _torchrun(str(root / "runs.py"), "--runs", str(root / "runs.json"), "--root", str(root))
+    return root
+
+
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")  # dynamo, tracing
+@pytest.mark.parametrize("name, model, options", MODELS, ids=[name for name, _, _ in MODELS])
+def test_every_model_trains_under_two_processes_what_it_trains_in_one(name, model, options, two_processes, tmp_path):
+    """The baselines, the mLSTM and the group Transformer under DDP, and ``--compile`` under DDP: the
+    validation and test bits of one process with the same global batch, within 1e-4 relative."""
+    single = loop.run(build_config(model, "lm", {**SMALL, **options}), tmp_path / "one")
+    two = json.loads((two_processes / name / "final.json").read_text())
+    for key in ("valid_bits", "test_bits_per_token"):
+        assert two[key] == pytest.approx(single[key], rel=1e-4), key
+    assert two["steps"] == single["steps"] == 10
+    assert json.loads((two_processes / name / "config.json").read_text())["world_size"] == 2
+
+
 def test_a_batch_the_processes_cannot_share_or_cuda_graphs_are_refused_before_any_work(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match=r"--batch 7 does not split across 2 processes"):
         distributed.check_training(build_config("group_rnn", "lm", {"dataset": "ptb_char", "batch": 7}).train)
-    with pytest.raises(ValueError, match=r"--cuda-graphs trains one process only, not 2"):
-        distributed.check_training(build_config("group_rnn", "lm", {"dataset": "ptb_char", "batch": 8, "device": "cuda", "cuda_graphs": True}).train)
-    monkeypatch.setenv("WORLD_SIZE", "1")
+    graphs = build_config("group_rnn", "lm", {"dataset": "ptb_char", "batch": 8, "device": "cuda", "cuda_graphs": True}).train
+    for world_size in ("2", "1"):  # under torchrun, one process too
+        monkeypatch.setenv("WORLD_SIZE", world_size)
+        with pytest.raises(ValueError, match=r"--cuda-graphs trains one process started without torchrun"):
+            distributed.check_training(graphs)
     distributed.check_training(build_config("group_rnn", "lm", {"dataset": "ptb_char", "batch": 7}).train)  # one process: any batch
+    monkeypatch.delenv("WORLD_SIZE")
+    distributed.check_training(graphs)
 
 
 def test_each_rank_takes_its_own_rows_of_the_global_batch(monkeypatch):

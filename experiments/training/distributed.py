@@ -2,8 +2,9 @@
 0 as the one process that writes the run directory.
 
 ``torchrun --nproc_per_node=N -m experiments.train -- ARGS`` starts N processes with ``RANK`` and
-``WORLD_SIZE`` set; one process without them is a world of one, and every function here is then a
-no-op, so the single-process path is unchanged.
+``WORLD_SIZE`` set, and each joins the process group and trains under ``DistributedDataParallel``
+(``--nproc_per_node=1`` too: the device check's one-GPU NCCL row). One process started without
+torchrun is a world of one, and every function here is then a no-op, so that path is unchanged.
 """
 
 from __future__ import annotations
@@ -20,29 +21,39 @@ def world():
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
+def launched():
+    """Whether torchrun started this process (its environment names a world size)."""
+    return "WORLD_SIZE" in os.environ
+
+
 def is_writer():
     """Whether this process writes the run directory (rank 0; the only one outside torchrun)."""
     return world()[0] == 0
 
 
 def check_training(train):
-    """Refuse, before any work, a ``TrainConfig`` that a world of more than one cannot train: a global
-    batch the ranks cannot share equally, or CUDA graphs (DDP's gradient buckets are not captured)."""
+    """Refuse, before any work, a ``TrainConfig`` that torchrun's processes cannot train: a global batch
+    the ranks cannot share equally, or CUDA graphs (DDP's gradient buckets are not captured)."""
     world_size = world()[1]
     if train.batch % world_size:
         raise ValueError(f"--batch {train.batch} does not split across {world_size} processes: give a multiple of "
                          f"{world_size} (each rank trains batch / world size rows of the same global batch)")
-    if world_size > 1 and train.cuda_graphs:
-        raise ValueError(f"--cuda-graphs trains one process only, not {world_size}: drop it under torchrun")
+    if launched() and train.cuda_graphs:
+        raise ValueError("--cuda-graphs trains one process started without torchrun (DDP's gradient buckets are "
+                         "not captured): drop it under torchrun")
 
 
 def start(device):
-    """Join the process group of a world of more than one (gloo on the CPU, NCCL on CUDA), once."""
-    if world()[1] > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend)
+    """Join torchrun's process group (gloo on the CPU, NCCL on CUDA) unless this process is in it;
+    whether it joined here (its caller then leaves it: ``stop``). A process joins once: the group
+    is rendezvoused by torchrun's store, which does not take a second join."""
+    if not launched() or dist.is_initialized():
+        return False
+    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend)
+    return True
 
 
 def stop():
@@ -71,9 +82,9 @@ def mean_loss(loss):
 
 
 def wrap(model):
-    """``model`` under ``DistributedDataParallel`` in a world of more than one (gradients averaged over
+    """``model`` under ``DistributedDataParallel`` in torchrun's process group (gradients averaged over
     the ranks in the backward pass), else ``model`` itself."""
-    if world()[1] == 1:
+    if not dist.is_initialized():
         return model
     return torch.nn.parallel.DistributedDataParallel(model)
 

@@ -286,7 +286,8 @@ def run(config, directory, argv=None):
     differ only in ``RESUME_OVERRIDES``); ``config.json`` then records the configuration resumed
     with, and ``resumes.jsonl`` one line per resume: its step, the overrides (field: [before, after]),
     the git revision and ``argv``. A run whose ``final.json`` records all of ``train.steps`` is
-    returned untouched. Under torchrun rank 0 holds the lock and writes; every rank trains.
+    returned untouched. Under torchrun rank 0 holds the lock and writes; every rank trains; a
+    process that is not yet in torchrun's process group joins it for the run and leaves it after.
 
     Raises:
         ValueError: ``directory`` holds a checkpoint of a different configuration, or a finished run
@@ -299,13 +300,14 @@ def run(config, directory, argv=None):
         config.train, device=resolve_device(config.train.device)))
     check_memory(config)
     distributed.check_training(config.train)
-    distributed.start(config.train.device)
+    joined = distributed.start(config.train.device)  # a process that trains several runs joins once, itself
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with distributed.writer_holding(holding_lock(directory)):
             return _run_locked(config, directory, argv)
     finally:
-        distributed.stop()
+        if joined:
+            distributed.stop()
 
 
 def _finished(directory, final):
