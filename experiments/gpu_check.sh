@@ -5,7 +5,8 @@
 # .whl/ and carried with the working tree, are installed into a temporary folder (pip --target, or
 # unpacked where it has no pip) that goes on PYTHONPATH with the repository. It prints the Python, torch and CUDA versions first, then checks
 # parity of the torch tree on CUDA against the reference in float32 and float64 for every model (a
-# failing check is recorded and the rest still run), then runs `experiments.bench.device_check`:
+# failing check is recorded and the rest still run), trains a few steps under torchrun in a world of
+# one (DDP over NCCL; gloo in the rehearsal), then runs `experiments.bench.device_check`:
 # host syncs of a training step per group, captured optimizer and training steps (train
 # --cuda-graphs) against eager ones, and training tokens/s against cuDNN's LSTM (eager, compiled,
 # CUDA graphs), its JSON written after each measurement. Everything lands under $OUT (default
@@ -69,6 +70,16 @@ else  # one check of each model, small
   check "group_rnn-U-float32" --dtype float32 --model group_rnn --group U --n 3 --embedding-dim 4 --length 4
   check "group_transformer-O-float64" --model group_transformer --group O --n 3 --num-layers 1 --length 4
   check "mlstm-ns-float32" --dtype float32 --model mlstm --read ns --length 4
+fi
+# a short training run under torchrun in a world of one, through DDP: NCCL on CUDA (gloo in the rehearsal)
+backend=$([[ $DEVICE == cuda ]] && echo nccl || echo gloo)
+if timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node=1 -m experiments.train -- --model group_rnn \
+    --task recall --vocab-size 24 --length 16 --group O --n 4 --steps 4 --batch 4 --eval-every 4 --valid-sequences 8 \
+    --device "$DEVICE" --run-dir "$OUT/ddp_world1" > "$OUT/ddp.log" 2>&1 \
+    && grep -q '"world_size": 1' "$OUT/ddp_world1/config.json"; then
+  echo "ddp-$backend-world1 pass" >> "$OUT/parity.txt"
+else
+  echo "ddp-$backend-world1 FAIL" >> "$OUT/parity.txt"; status=1
 fi
 $PY -m experiments.bench.device_check --device "$DEVICE" "${QUICK[@]}" --out "$OUT" --parity "$OUT/parity.txt" \
   2>&1 | tee "$OUT/device_check.txt" || status=1
