@@ -19,6 +19,7 @@ from torch import nn
 
 from experiments.positions import POSITIONS, alibi_mask, rotate
 from manifold_impl.linalg import expm
+from manifold_impl.precision import full_precision, to_real
 from manifold_impl.validation import check_tokens
 from reference.checks import check_cache
 from reference.config import model_config
@@ -388,7 +389,8 @@ class ExpRNNLanguageModel(_BaselineLM):
         rows, columns = torch.triu_indices(hidden, hidden, offset=1, device=self.log_transition.device)
         upper = torch.zeros(hidden, hidden, dtype=self.log_transition.dtype, device=self.log_transition.device)
         upper = upper.index_put((rows, columns), self.log_transition)
-        return expm(upper - upper.T)
+        with full_precision(upper.device):  # under autocast too: W stays orthogonal
+            return expm(upper - upper.T)
 
     def forward(self, tokens, cache=None):
         """``tokens: [B, T]`` ids -> (logits ``[B, T, V]``, ``ExpRNNCache``); ``cache``: that of an
@@ -405,10 +407,11 @@ class ExpRNNLanguageModel(_BaselineLM):
         drive = self.input_map(self.dropout(self.embedding(tokens)))  # V e_t + b, [B, T, H]
         transition = self.transition()
         states = []
-        for step in drive.unbind(dim=1):
-            z = hidden @ transition.T + step
-            hidden = torch.sign(z) * torch.relu(z.abs() + self.modrelu_bias)
-            states.append(hidden)
+        with full_precision(drive.device):  # under autocast too: h_t float32
+            for step in to_real(drive, hidden).unbind(dim=1):
+                z = hidden @ transition.T + step
+                hidden = torch.sign(z) * torch.relu(z.abs() + self.modrelu_bias)
+                states.append(hidden)
         return self.head(self.dropout(torch.stack(states, dim=1))), ExpRNNCache(hidden, position + tokens.shape[1])
 
 

@@ -38,6 +38,7 @@ from manifold_impl.groups import get_group
 from manifold_impl.linalg import _DEVICE_SQUARINGS, _fixed_count, dagger, polar_newton_schulz
 from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_precision, group_parameter
 from manifold_impl.mixing import TangentMixing
+from manifold_impl.precision import full_precision, to_real
 from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_state, check_tokens
 from reference.checks import check_cache
@@ -234,9 +235,13 @@ class GroupRNNCell(GroupModule):
         return self.group.unpack(self._packed_states(embedded, self.group.pack(state), position))
 
     def _packed_states(self, embedded, state, position=0):
-        """The recurrence on packed states: ``state: [B, *packed]`` (H_0) -> ``[B, T, *packed]``."""
+        """The recurrence on packed states: ``state: [B, *packed]`` (H_0) -> ``[B, T, *packed]``. Under
+        autocast the input map W e_t + b runs in the lower precision and the recurrence in the
+        parameters' (``manifold_impl.precision``)."""
         recurrence = _RECURRENCES[self.config.recurrence]
-        return recurrence(self, self.input_map(embedded), state, position)
+        drive = self.input_map(embedded)
+        with full_precision(drive.device):
+            return recurrence(self, to_real(drive, self.input_map.weight), state, position)
 
 
 def _loop(cell, drive, state, position):

@@ -24,6 +24,7 @@ from manifold_impl.groups import get_group
 from manifold_impl.linalg import realvec
 from manifold_impl.manifolds import GroupModule, check_group_state_dict, check_precision, group_parameter
 from manifold_impl.mixing import TangentMixing
+from manifold_impl.precision import full_precision, to_real
 from manifold_impl.readouts import READOUTS
 from manifold_impl.validation import check_tokens
 from reference.checks import check_cache
@@ -50,6 +51,13 @@ def _keys(states, past):
     return states if past is None else torch.cat([past, states], dim=1)
 
 
+def _moved(group, states, c):
+    """H · exp(hat(c)) for ``states: [..., n, n]`` and coordinates ``c: [..., d]``, in the states'
+    precision under autocast too (``full_precision``: the exponential and the group product)."""
+    with full_precision(states.device):
+        return group.mul(states, group.exp(group.hat(to_real(c, states))))
+
+
 class GroupEmbedding(GroupModule):
     """H_i⁰ = E_{x_i} · exp(i · hat(ω)). ``tokens: [B, T] -> states [B, T, n, n]``."""
 
@@ -70,8 +78,9 @@ class GroupEmbedding(GroupModule):
     def forward(self, tokens, position=0):
         generator = self.position_generator
         positions = position + torch.arange(tokens.shape[1], dtype=generator.dtype, device=generator.device)
-        rotations = self.group.exp(self.group.hat(positions[:, None] * generator))  # [T, n, n]
-        return self.group.mul(self.tokens[tokens], rotations)  # [B, T, n, n]
+        with full_precision(generator.device):  # under autocast too: the states stay on G
+            rotations = self.group.exp(self.group.hat(positions[:, None] * generator))  # [T, n, n]
+            return self.group.mul(self.tokens[tokens], rotations)  # [B, T, n, n]
 
 
 class AlgebraAttention(nn.Module):
@@ -114,7 +123,7 @@ class AlgebraAttention(nn.Module):
         weights = self._scores(states, keys).softmax(dim=-1)  # [B, h, T, P+T]
         c = (weights @ self._heads(self.value, keys)).sum(dim=1)  # Σ_h Σ_j α v, [B, T, d]
         c = self.mixing(c)
-        return self.group.mul(states, self.group.exp(self.group.hat(c)))
+        return _moved(self.group, states, c)
 
 
 class SimilarityAttention(nn.Module):
@@ -152,7 +161,7 @@ class SimilarityAttention(nn.Module):
         combined = torch.einsum("h,bhij->bij", self.step, weights)  # Σ_h η_h α^h
         mean = torch.einsum("bij,bjxy->bixy", combined.to(keys.dtype), keys)  # Σ_h η_h M_i^h, [B, T, n, n]
         c = self.mixing(group.vee(group.proj(group.mul(group.inv(states), mean))))  # [B, T, d]
-        return group.mul(states, group.exp(group.hat(c)))
+        return _moved(self.group, states, c)
 
 
 ATTENTIONS = {"algebra": AlgebraAttention, "similarity": SimilarityAttention}
@@ -180,7 +189,7 @@ class FeedForward(nn.Module):
     def forward(self, states):
         """``states: [B, T, n, n] -> [B, T, n, n]``."""
         c = self.mixing(self.output(gelu(self.hidden(self.group.features(states)))))  # [B, T, d]
-        return self.group.mul(states, self.group.exp(self.group.hat(c)))
+        return _moved(self.group, states, c)
 
 
 class GroupTransformerLayer(nn.Module):

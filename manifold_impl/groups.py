@@ -28,6 +28,7 @@ from manifold_impl.linalg import (
     _expm_saving, _expm_vjp, dagger, default_atol, diagonal, expm, frobenius_inner, from_blocks, phase_fixed_qr,
     polar, skew, special_polar, special_unitary_polar, sum_zero_basis, to_blocks,
 )
+from manifold_impl.precision import full_precision
 from reference.checks import group_arguments
 
 SETTLE_STEPS = 3  # mirror of reference.groups.SETTLE_STEPS
@@ -188,11 +189,13 @@ class Group:
         return torch.randn(shape, generator=generator, dtype=real, device=device)
 
     def distance(self, x):
-        """max |x^H x − I| per matrix, ``[..., n, n] -> [...]`` (0 for GL); see the reference."""
+        """max |x^H x − I| per matrix, ``[..., n, n] -> [...]`` (0 for GL), in x's own precision under
+        autocast too; see the reference."""
         if not self.is_compact:
             return x.real.new_zeros(x.shape[:-2])
         eye = torch.eye(self.n, dtype=x.dtype, device=x.device)
-        return (dagger(x) @ x - eye).abs().amax(dim=(-2, -1))
+        with full_precision(x.device):
+            return (dagger(x) @ x - eye).abs().amax(dim=(-2, -1))
 
     def is_member(self, x, atol=None, explain=False):
         reason = self._membership_failure(x, atol)

@@ -37,6 +37,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from manifold_impl.draws import normal_
+from manifold_impl.precision import full_precision, to_real
 from manifold_impl.validation import check_tokens
 from reference.checks import check_cache, check_mlstm_state_fields
 from reference.config import (MLSTM_CELL_EPS, MLSTM_NORM_EPS, NS_COEFFICIENTS, NS_NORM_FLOOR, MLSTMConfig,
@@ -285,7 +286,13 @@ class MLSTMCell(nn.Module):
         self.outnorm.reset_parameters(generator)
 
     def forward(self, q, k, v, state=None):
-        """``q, k, v: [B, T, D]``, state (memory, normalizer, stabilizer) or None -> (GN(h̃) ``[B, T, D]``, state)."""
+        """``q, k, v: [B, T, D]``, state (memory, normalizer, stabilizer) or None -> (GN(h̃) ``[B, T, D]``, state).
+        Under autocast the cell (gates, memory, read, norm) keeps the parameters' precision
+        (``manifold_impl.precision``); the projections that make q, k and v do not."""
+        with full_precision(q.device):
+            return self._run(*(to_real(x, self.igate.weight) for x in (q, k, v)), state)
+
+    def _run(self, q, k, v, state):
         config = self.config
         batch, length, _ = q.shape
         heads, head_dim = config.num_heads, config.head_dim

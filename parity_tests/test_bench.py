@@ -199,3 +199,17 @@ def test_the_device_check_on_cuda_without_a_gpu_stops_with_a_clear_error(capsys)
     with pytest.raises(SystemExit):
         device_check.main(["--device", "cuda"])
     assert "no CUDA device is available" in capsys.readouterr().err
+
+
+def test_quick_precision_benchmark_writes_speed_bits_and_drift_rows_for_every_model(tmp_path):
+    from experiments.bench import precision
+
+    assert precision.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "precision_quick.json").read_text())["rows"]
+    for name in precision.MODELS:
+        assert sum(r["name"].startswith(f"{name} training tokens/s, bf16 / float32") for r in rows) == 1, name
+        (bits,) = [r for r in rows if r["name"].startswith(f"{name} validation bits after 2 steps")]
+        assert bits["ratio"] == pytest.approx(bits["valid_bits"]["bf16"] - bits["valid_bits"]["float32"])
+    (drift,) = [r for r in rows if "state drift" in r["name"]]
+    assert drift["within_tolerance"] and 0 < drift["drift"]["bf16"] <= drift["tolerance"]
+    assert all(r["ratio"] > 0 for r in rows if "tokens/s" in r["name"])

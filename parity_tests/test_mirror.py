@@ -19,6 +19,7 @@ REFERENCE_ONLY_MODULES = {
 TORCH_ONLY_MODULES = {
     "draws",  # draws on the generator's device (the reference has one device)
     "manifolds",  # geoopt adapters
+    "precision",  # autocast regions (the reference computes in one precision)
 }
 REFERENCE_ONLY_NAMES = {
     "optim": {"ambient_gradients"},  # converts autograd's conjugated complex gradients

@@ -18,6 +18,7 @@ import torch
 from experiments.models import MODEL_CONFIGS, build_model
 from experiments.params_budget import SEARCHABLE, size_to_budget
 from experiments.tasks import task_class
+from experiments.training.precision import PRECISIONS
 from experiments.training.rundir import load_checkpoint_file
 from reference.config import GroupRNNConfig
 
@@ -54,6 +55,10 @@ class TrainConfig:
         cuda_graphs: replay each training step from CUDA graphs (``CapturedStep``), with
             capturable optimizers: on a CUDA device, without ``compile``, for a task whose batches
             all have one shape. Evaluation stays eager.
+        precision: float32, or the autocast of each training step's forward pass: bf16 (any
+            device), fp16 (CUDA, with a gradient scaler). The group product, the exponential and
+            the state stay float32 (``experiments.training.precision``); needs dtype float32.
+            Evaluation runs in float32.
     """
 
     model: str
@@ -73,6 +78,7 @@ class TrainConfig:
     map_lr: str = "n_aware"
     compile: str | None = None
     cuda_graphs: bool = False
+    precision: str = "float32"
 
     def __post_init__(self):
         if self.model not in MODEL_CONFIGS:
@@ -105,6 +111,18 @@ class TrainConfig:
                              f"device {self.device!r}" + (" on a machine without CUDA" if self.device == "auto" else ""))
         if self.cuda_graphs and self.compile is not None:
             raise ValueError("cuda_graphs replays the eager step: choose compile or cuda_graphs, not both")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose one of {list(PRECISIONS)}")
+        if self.precision != "float32" and self.dtype != "float32":
+            raise ValueError(f"precision {self.precision} autocasts float32 parameters: it needs dtype float32, "
+                             f"got {self.dtype}")
+        if self.precision == "fp16" and not (str(self.device).startswith("cuda") or
+                                             (self.device == "auto" and torch.cuda.is_available())):
+            raise ValueError(f"precision fp16 (with a gradient scaler) is for CUDA devices, got device {self.device!r}; "
+                             "on the CPU use --precision bf16")
+        if self.precision != "float32" and self.cuda_graphs:
+            raise ValueError(f"cuda_graphs replays a float32 step: choose precision {self.precision} or cuda_graphs, "
+                             "not both")
 
 
 @dataclass(frozen=True)

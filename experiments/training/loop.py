@@ -26,6 +26,7 @@ from experiments.training import distributed
 from experiments.training.config import RunConfig, check_memory, command_line, resolve_device
 from experiments.training.cuda_graphs import CapturedStep
 from experiments.training.optim import Optimizers, clip_and_step
+from experiments.training.precision import Precision
 from experiments.training.progress import Progress
 from experiments.training.rundir import (CHECKPOINT_KEYS, append_line, atomic_save, atomic_write_text,
                                          check_resumable, finished_record, holding_lock, load_checkpoint_file)
@@ -64,6 +65,7 @@ class Run:
         distributed.start(self.train.device)
         self.trained = distributed.wrap(self.model)  # what the training step calls: DDP under torchrun
         self.optimizers = Optimizers(self.model, self.train, capturable=self.train.cuda_graphs)
+        self.precision = Precision(self.train.precision, self.train.device)
         self.training_loss = self._compiled_loss()
         self.captured = CapturedStep(self.model, self.training_loss, self.optimizers, self.train.clip) \
             if self.train.cuda_graphs else None
@@ -97,7 +99,8 @@ class Run:
                      "optimizers": self.optimizers.state_dict(),
                      "numpy_rng": json.dumps(self.rng.bit_generator.state),
                      "torch_rng": torch.get_rng_state(), "train_seconds": self.train_seconds,
-                     **({"best": self.best} if self.best else {})},
+                     **({"best": self.best} if self.best else {}),
+                     **({"scaler": self.precision.state_dict()} if self.precision.scaler else {})},
                     self.checkpoint_path)
 
     def load_checkpoint(self, state=None):
@@ -110,6 +113,7 @@ class Run:
         self.step = state["step"]
         self.train_seconds = state["train_seconds"]
         self.best = state.get("best")
+        self.precision.load_state_dict(state.get("scaler"))
         if not distributed.is_writer():
             return
         self._truncate_metrics()
@@ -175,7 +179,8 @@ class Run:
         train, task = self.train, self.config.task
         data = f" on {task.dataset}" if getattr(task, "dataset", None) else ""
         return (f"{train.model} ({count_parameters(self.model):,} parameters), task {train.task}{data}, steps "
-                f"{self.step + 1}–{train.steps} of batch {train.batch}, {train.device} {train.dtype}")
+                f"{self.step + 1}–{train.steps} of batch {train.batch}, {train.device} {train.dtype}"
+                + ("" if train.precision == "float32" else f", autocast {train.precision}"))
 
     def _compiled_loss(self):
         """``_loss``, compiled with ``train.compile`` where one is set. A group RNN's fused recurrence
@@ -189,9 +194,11 @@ class Run:
         return torch.compile(self._loss, backend=self.train.compile)
 
     def _loss(self, inputs, targets):
-        """The training loss of one batch (the function ``train.compile`` compiles)."""
-        logits, _ = self.trained(inputs)
-        return cross_entropy(logits, targets.to(logits.device, non_blocking=True))
+        """The training loss of one batch (the function ``train.compile`` compiles): the forward pass
+        under ``train.precision``'s autocast, the loss in float32."""
+        with self.precision.autocast():
+            logits, _ = self.trained(inputs)
+        return cross_entropy(logits.float(), targets.to(logits.device, non_blocking=True))
 
     def backward(self, inputs, targets):
         """The forward and backward pass of one training batch (ids on the host: the model checks them
@@ -205,14 +212,14 @@ class Run:
             inputs, targets = inputs.pin_memory(), targets.pin_memory()
         loss = self.training_loss(inputs, targets)
         self.optimizers.zero_grad()
-        loss.backward()
+        self.precision.backward(loss, self.optimizers)
         return distributed.mean_loss(loss).item()
 
     def update(self):
         """Clip the gradients (``train.clip``) and step the optimizers and their schedules."""
         if self.captured is not None:
             return self.captured.update()
-        clip_and_step(self.model, self.optimizers, self.train.clip)
+        clip_and_step(self.model, self.optimizers, self.train.clip, self.precision.scaler)
         self.optimizers.step_schedules()
 
     def fit(self, deadline=None):

@@ -120,12 +120,26 @@ class Optimizers:
         self._place_rates()
 
 
-def clip_and_step(model, optimizers, clip):
+def clip_and_step(model, optimizers, clip, scaler=None):
     """Clip the gradients of ``model`` to norm ``clip`` (none: no clipping) and step ``optimizers``
-    (``Optimizers``), not their schedules: what ``CapturedStep`` captures."""
+    (``Optimizers``), not their schedules: what ``CapturedStep`` captures. With a
+    ``torch.amp.GradScaler`` (fp16; the gradients already unscaled, ``Precision.backward``) a step
+    with an inf or a nan in any gradient is skipped by every optimizer (a scaler alone would let
+    an optimizer whose own gradients are finite step, on gradients the joint clipping made nan),
+    and the scale shrinks; the check is one host read per step."""
+    if scaler is not None:
+        gradients = [p.grad for p in model.parameters() if p.grad is not None]
+        if not torch.isfinite(torch.nn.utils.get_total_norm(gradients)):
+            scaler.update()
+            return
     if clip is not None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-    optimizers.step_optimizers()
+    if scaler is None:
+        optimizers.step_optimizers()
+        return
+    for optimizer in optimizers.optimizers:
+        scaler.step(optimizer)
+    scaler.update()
 
 
 def learning_rate_factor(train, step):
