@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from experiments.positions import POSITIONS, alibi_mask, rotate
@@ -459,8 +460,17 @@ class TransformerBlock(nn.Module):
                                  nn.Linear(config.mlp_hidden, config.width, **factory))
         self.dropout = nn.Dropout(config.dropout)
 
+    checkpoint_activations = False  # recompute the block in the backward pass (train --checkpoint-activations)
+
     def forward(self, x, past_keys=None, past_values=None):
-        """-> (x, the attention's keys and values, see ``CausalSelfAttention``)."""
+        """-> (x, the attention's keys and values, see ``CausalSelfAttention``); with
+        ``checkpoint_activations``, what the block computes is recomputed in the backward pass
+        instead of kept (``torch.utils.checkpoint``, dropout's draws replayed)."""
+        if self.checkpoint_activations and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(self._forward, x, past_keys, past_values, use_reentrant=False)
+        return self._forward(x, past_keys, past_values)
+
+    def _forward(self, x, past_keys, past_values):
         attended, keys, values = self.attention(self.attention_norm(x), past_keys, past_values)
         x = x + self.dropout(attended)
         return x + self.dropout(self.mlp(self.mlp_norm(x))), keys, values

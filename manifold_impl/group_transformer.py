@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from manifold_impl.draws import normal_
@@ -206,8 +207,17 @@ class GroupTransformerLayer(nn.Module):
         if self.feedforward is not None:
             self.feedforward.reset_parameters(generator)
 
+    checkpoint_activations = False  # recompute the layer in the backward pass (train --checkpoint-activations)
+
     def forward(self, states, past=None):
-        """The states after each sublayer, a list of ``[B, T, n, n]``."""
+        """The states after each sublayer, a list of ``[B, T, n, n]``; with ``checkpoint_activations``
+        what the layer computes is recomputed in the backward pass instead of kept
+        (``torch.utils.checkpoint``)."""
+        if self.checkpoint_activations and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(self._forward, states, past, use_reentrant=False)
+        return self._forward(states, past)
+
+    def _forward(self, states, past):
         outputs = [self.attention(states, past)]
         if self.feedforward is not None:
             outputs.append(self.feedforward(outputs[-1]))

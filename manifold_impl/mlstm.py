@@ -261,7 +261,12 @@ class MLSTMCell(nn.Module):
         chunk_size: positions per chunk (None: the whole sequence in one chunk; "auto":
             ``_AUTO_CHUNK_SIZE`` of the read).
         checkpoint: recompute the ``ns``/``polar`` chunks in the backward pass.
+
+    ``checkpoint_activations`` (train --checkpoint-activations) recomputes every chunk, the
+    ``plain`` read's too.
     """
+
+    checkpoint_activations = False
 
     def __init__(self, config, device=None, dtype=None, chunk_size="auto", checkpoint=True):
         super().__init__()
@@ -306,7 +311,8 @@ class MLSTMCell(nn.Module):
         q, k, v = split(q), split(k) / math.sqrt(head_dim), split(v)
         memory, normalizer, stabilizer = (None, None, None) if state is None else state
         chunk = length if self.chunk_size is None else self.chunk_size
-        recompute = self.checkpoint and config.read != "plain" and torch.is_grad_enabled()
+        recompute = torch.is_grad_enabled() and (self.checkpoint_activations or
+                                                 (self.checkpoint and config.read != "plain"))
         outputs = []
         for start in range(0, length, chunk):
             part = slice(start, start + chunk)

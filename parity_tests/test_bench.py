@@ -106,10 +106,14 @@ def test_quick_memory_benchmark_writes_every_mode_and_the_gradient_error(tmp_pat
 
     memory.main(["--quick", "--out", str(tmp_path)])
     record = json.loads((tmp_path / "memory_quick.json").read_text())
-    measured = [r for r in record["rows"] if "peak" in r]
+    measured = [r for r in record["rows"] if "peak" in r and "mode" in r]
     assert {(r["mode"], r["recurrent"]) for r in measured} == \
         {(mode, recurrent) for mode in memory.MODES for recurrent in (True, False)} - {("loop", False)}
     assert all(r["peak"] > 0 for r in measured)
+    steps = [r for r in record["rows"] if "checkpoint_activations" in r]
+    assert {(r["model"], r["length"], r["checkpoint_activations"]) for r in steps} == \
+        {(name, length, on) for name in memory.ACTIVATION_MODELS for length in (64, 256) for on in (False, True)}
+    assert all(r["peak"] > 0 for r in steps)
     errors = [r["float32_gradient_error"] for r in record["rows"] if "float32_gradient_error" in r]
     assert len(errors) == 4 and all(0 < e < 1e-3 for e in errors)
 

@@ -1,16 +1,16 @@
 """Memory of the group recurrence at growing lengths: keeping every state for the backward pass
-(``loop``, ``fused``) against rebuilding them in reverse (``fused`` with ``keep_state_every``), and
-the float32 gradient error of the rebuilding mode.
+(``loop``, ``fused``) against rebuilding them in reverse (``fused`` with ``keep_state_every``), the
+float32 gradient error of the rebuilding mode, and the peak of a training step of the Transformers
+and the mLSTM with and without ``--checkpoint-activations`` (``ACTIVATION_MODELS``, batch 2).
 
     python -m experiments.bench.memory [--quick] [--out DIR]   # -> DIR/memory.json (default runs/bench)
 
-Each (recurrence, length) runs one forward and backward pass of the cell (O(16), batch 8, the
-loss Σ_t ‖H_t‖²) in a fresh process, on the CPU, one thread, and reports from Linux's
-/proc/self/status, relative to the resident size just before the forward pass (model, inputs and
-a short warm-up already there): ``held``, what the forward pass leaves for the backward beyond its
-output (the states), and ``peak``, the high-water mark of the whole pass (which includes the
-output, its gradient and the input's gradient, all O(T) whatever the mode). The gradient error is
-max |g₃₂ − g₆₄| / max |g₆₄| over all parameters, float64 keeping every state as the truth.
+Each measurement runs in a fresh process on one CPU thread and reads Linux's /proc/self/status,
+relative to the resident size after a short warm-up. For the cell (O(16), batch 8, loss Σ_t ‖H_t‖²):
+``held``, what the forward pass leaves for the backward beyond its output (the states), and
+``peak``, the high-water mark of the pass (its output, the output's and the input's gradients are
+O(T) whatever the mode); for a training step (cross-entropy on random tokens) its ``peak``. The
+gradient error is max |g₃₂ − g₆₄| / max |g₆₄| over all parameters, float64 keeping every state.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import torch
 
 from experiments.bench.timing import machine_record
 from experiments.cli import CommandParser
+from experiments.models import MODEL_CONFIGS, build_model, checkpoint_activations
+from manifold_impl.losses import cross_entropy
 from manifold_impl.group_rnn import GroupRNN
 from reference.config import GroupRNNConfig
 
@@ -55,6 +57,51 @@ def measure(config, length, seed=0):
     states.square().sum().backward()
     _, peak = _resident()
     return {"held": after_forward - before - states.numel() * states.element_size(), "peak": peak - before}
+
+
+ACTIVATION_BATCH = 2
+ACTIVATION_MODELS = {  # name -> (model, options), at batch ACTIVATION_BATCH
+    "GPT": ("gpt", {"width": 64, "num_heads": 4, "num_layers": 4, "max_length": 4096}),
+    "group Transformer O(8)": ("group_transformer", {"group": "O", "n": 8, "num_heads": 2, "num_layers": 2}),
+    "mLSTM (plain read)": ("mlstm", {"embedding_dim": 64, "num_heads": 4, "read": "plain"}),
+    "mLSTM (NS read)": ("mlstm", {"embedding_dim": 64, "num_heads": 4, "read": "ns"}),
+}
+
+
+def measure_training_step(name, length, checkpointed, seed=0):
+    """``{peak}`` bytes of one training step's forward and backward pass of ``ACTIVATION_MODELS[name]``
+    at ``length`` (this process), with ``checkpoint_activations`` or without."""
+    torch.set_num_threads(1)
+    model_name, options = ACTIVATION_MODELS[name]
+    model = build_model(MODEL_CONFIGS[model_name](vocab_size=65, **options), generator=torch.Generator().manual_seed(seed))
+    if checkpointed:
+        checkpoint_activations(model)
+    tokens = torch.randint(0, 65, (ACTIVATION_BATCH, length + 1), generator=torch.Generator().manual_seed(seed))
+
+    def step(tokens):
+        logits, _ = model(tokens[:, :-1])
+        cross_entropy(logits, tokens[:, 1:]).backward()
+
+    step(tokens[:, :17])  # warm-up: kernels, allocator, the gradients' storage
+    before, _ = _resident()
+    step(tokens)
+    _, peak = _resident()
+    return {"peak": peak - before}
+
+
+def activation_rows(lengths):
+    """One row per (model, length, checkpointing), each measured in a fresh process."""
+    rows = []
+    for name in ACTIVATION_MODELS:
+        for length in lengths:
+            for checkpointed in (False, True):
+                out = subprocess.run([sys.executable, "-m", "experiments.bench.memory", "--activation-child", name,
+                                      str(length), str(checkpointed)], capture_output=True, text=True, check=True).stdout
+                rows.append({"model": name, "length": length, "checkpoint_activations": checkpointed,
+                             "batch": ACTIVATION_BATCH, **json.loads(out)})
+                print(f"{name:24} T={length:5} checkpoint_activations={checkpointed!s:5}  "
+                      f"peak {rows[-1]['peak'] / 2**20:8.1f} MiB", flush=True)
+    return rows
 
 
 def gradient_error(config, length, seed=0):
@@ -100,7 +147,7 @@ def run(quick=False):
             error = gradient_error(dataclasses.replace(CONFIG, **options), length)
             rows.append({"mode": name, "length": length, "float32_gradient_error": error})
             print(f"float32 gradient error vs float64, {name:30} T={length:5}  {error:.2e}", flush=True)
-    return rows
+    return rows + activation_rows(lengths)
 
 
 def main(argv=None):
@@ -109,8 +156,13 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=Path("runs/bench"),
                         help="the directory of the results (the committed ones: experiments/results/bench)")
     parser.add_argument("--child", nargs=3, metavar=("MODE", "LENGTH", "RECURRENT"), help=argparse.SUPPRESS)
+    parser.add_argument("--activation-child", nargs=3, metavar=("MODEL", "LENGTH", "CHECKPOINTED"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
+    if args.activation_child:
+        name, length, checkpointed = args.activation_child
+        print(json.dumps(measure_training_step(name, int(length), checkpointed == "True")))
+    elif args.child:
         mode, length, recurrent = args.child
         _child(mode, int(length), recurrent == "True")
     else:

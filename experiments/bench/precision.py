@@ -31,7 +31,7 @@ from experiments.training.config import build_config
 from experiments.training.precision import Precision
 from manifold_impl.linalg import default_atol
 
-MODELS = {  # name -> (model, options): each about 20k-60k parameters
+MODELS = {  # name -> (model, options): small models, 25k to 125k parameters
     "group RNN O(16)": ("group_rnn", {"group": "O", "n": 16, "embedding_dim": 64}),
     "LSTM": ("lstm", {"hidden_size": 96}),
     "expRNN": ("exprnn", {"hidden_size": 128}),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.models import MODEL_CONFIGS, build_model
+from experiments.models import MODEL_CONFIGS, build_model, checkpointed_models
 from experiments.params_budget import SEARCHABLE, size_to_budget
 from experiments.tasks import task_class
 from experiments.training.precision import PRECISIONS
@@ -59,6 +59,10 @@ class TrainConfig:
             device), fp16 (CUDA, with a gradient scaler). The group product, the exponential and
             the state stay float32 (``experiments.training.precision``); needs dtype float32.
             Evaluation runs in float32.
+        checkpoint_activations: recompute in the backward pass what a Transformer's layers and the
+            mLSTM's chunks compute instead of keeping it (``experiments.models.checkpoint_activations``:
+            less memory for longer sequences, about one more forward pass of time). A group RNN
+            has ``keep_state_every`` for the same purpose.
     """
 
     model: str
@@ -79,6 +83,7 @@ class TrainConfig:
     compile: str | None = None
     cuda_graphs: bool = False
     precision: str = "float32"
+    checkpoint_activations: bool = False
 
     def __post_init__(self):
         if self.model not in MODEL_CONFIGS:
@@ -120,6 +125,12 @@ class TrainConfig:
                                              (self.device == "auto" and torch.cuda.is_available())):
             raise ValueError(f"precision fp16 (with a gradient scaler) is for CUDA devices, got device {self.device!r}; "
                              "on the CPU use --precision bf16")
+        if not isinstance(self.checkpoint_activations, bool):
+            raise ValueError(f"checkpoint_activations must be true or false, got {self.checkpoint_activations!r}")
+        if self.checkpoint_activations and self.model not in checkpointed_models():
+            raise ValueError(f"checkpoint_activations recomputes the layers of {', '.join(checkpointed_models())}; "
+                             f"--model {self.model} has none" + (" (its recurrence keeps fewer states with "
+                             "--keep-state-every)" if self.model == "group_rnn" else ""))
         if self.precision != "float32" and self.cuda_graphs:
             raise ValueError(f"cuda_graphs replays a float32 step: choose precision {self.precision} or cuda_graphs, "
                              "not both")

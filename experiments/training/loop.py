@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from experiments.analysis.diagnostics import dynamics, gradient_norms
-from experiments.models import build_model
+from experiments.models import build_model, checkpoint_activations
 from experiments.params_budget import count_parameters
 from experiments.provenance import git_revision, write_provenance
 from experiments.tasks import task_class
@@ -62,6 +62,8 @@ class Run:
         generator = torch.Generator().manual_seed(self.train.seed)
         self.model = build_model(config.model, device=self.train.device, dtype=getattr(torch, self.train.dtype),
                                  generator=generator)
+        if self.train.checkpoint_activations:
+            checkpoint_activations(self.model)
         distributed.start(self.train.device)
         self.trained = distributed.wrap(self.model)  # what the training step calls: DDP under torchrun
         self.optimizers = Optimizers(self.model, self.train, capturable=self.train.cuda_graphs)

@@ -18,8 +18,9 @@ import filelock
 import torch
 
 LOCK_FILE = "run.lock"  # held by the process training in a run directory
-RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device", "compile", "cuda_graphs")  # what a
-# resume may change of the configuration it continues
+# what a resume may change of the configuration it continues
+RESUME_OVERRIDES = ("steps", "eval_every", "checkpoint_every", "device", "compile", "cuda_graphs",
+                    "checkpoint_activations")
 
 
 def atomic_write_bytes(data, path):
