@@ -10,6 +10,8 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -27,12 +29,22 @@ def _set_threads(count):
     torch.set_num_threads(count)
 
 
-def execute(run, directory):
-    """Worker: train one run (resuming if it has a checkpoint); returns its status."""
+ROOT = Path(__file__).resolve().parents[1]  # the checkout whose experiments.train a torchrun launch runs
+
+
+def execute(run, directory, threads=None):
+    """Worker: train one run (resuming if it has a checkpoint); returns its status. A run of several
+    ``processes`` is trained by that many under torchrun (``train_under_torchrun``)."""
     directory = Path(directory)
     try:
         if not (directory / "final.json").exists():  # it may have finished (by another process) since listed
-            run_training(build_config(run.model, run.task, run.options), directory)
+            config = build_config(run.model, run.task, run.options)  # refused here, before any launch
+            if run.processes == 1:
+                run_training(config, directory)
+            elif config.train.batch % run.processes:
+                raise ValueError(f"--batch {config.train.batch} does not split across the run's {run.processes} processes")
+            else:
+                train_under_torchrun(run, directory, threads)
         (directory / "error.txt").unlink(missing_ok=True)  # an earlier attempt's failure, now stale
         return {"name": run.name, "status": "done"}
     except Exception:  # noqa: BLE001 - one failing run must not stop the sweep
@@ -41,21 +53,44 @@ def execute(run, directory):
         return {"name": run.name, "status": "failed", "error": traceback.format_exc().strip().splitlines()[-1]}
 
 
+def train_under_torchrun(run, directory, threads=None):
+    """Train ``run`` in ``directory`` with ``run.processes`` processes: ``torchrun --standalone
+    --nproc_per_node=N -m experiments.train -- ARGS`` on this machine (gloo on the CPU, NCCL on
+    CUDA; rank 0 writes the run directory), each process with ``threads`` torch threads. Its output
+    goes where this process's goes.
+
+    Raises:
+        RuntimeError: torchrun ended with an error (its exit code; the ranks' tracebacks are in the output).
+    """
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environment.get("PYTHONPATH")])])
+    if threads is not None:
+        environment["OMP_NUM_THREADS"] = str(threads)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={run.processes}",
+               "-m", "experiments.train", "--", *run.argv(), "--run-dir", str(directory)]
+    code = subprocess.run(command, cwd=ROOT, env=environment).returncode
+    if code:
+        raise RuntimeError(f"torchrun with {run.processes} processes exited with code {code} "
+                           "(each rank's traceback is in the sweep's output)")
+
+
 def _execute_with_threads(run, directory, threads):
     """A Ray task: ``execute`` with the same per-worker thread count as the process pool."""
     _set_threads(threads)
-    return execute(run, directory)
+    return execute(run, directory, threads)
 
 
 def _worker(run, directory, threads, sender):
     """A pool process: ``execute`` one run and send its status back."""
     _set_threads(threads)
-    sender.send(execute(run, directory))
+    sender.send(execute(run, directory, threads))
     sender.close()
 
 
 def _run_on_pool(pending, out, workers, threads):
-    """Each run in a process of its own, at most ``workers`` at a time; statuses in completion order.
+    """Each run in a process of its own, at most ``workers`` processes at a time (a run of
+    ``processes`` N counts N; one larger than ``workers`` trains alone); statuses in completion order.
 
     One process per run: a worker that outlived edits to the code would still run the old modules
     while git_revision.txt names the new checkout. A worker that dies (killed, out of memory) fails
@@ -64,7 +99,8 @@ def _run_on_pool(pending, out, workers, threads):
     context = multiprocessing.get_context("spawn")  # a forked child can inherit a lock a parent thread held
     waiting, running, results = list(reversed(pending)), {}, []
     while waiting or running:
-        while waiting and len(running) < workers:
+        while waiting and (not running or sum(run.processes for run, _ in running.values())
+                           + waiting[-1].processes <= workers):
             run = waiting.pop()
             receiver, sender = context.Pipe(duplex=False)
             process = context.Process(target=_worker, args=(run, out / run.name, threads, sender))
@@ -99,8 +135,9 @@ def _run_on_ray(pending, out, threads):
     if started_here:
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, logging_level="warning")
     try:
-        task = ray.remote(num_cpus=threads)(_execute_with_threads)
-        return ray.get([task.remote(run, str((out / run.name).resolve()), threads) for run in pending])
+        task = ray.remote(_execute_with_threads)  # a run of N processes: one task of N processes' CPUs
+        return ray.get([task.options(num_cpus=threads * run.processes).remote(run, str((out / run.name).resolve()),
+                                                                               threads) for run in pending])
     finally:
         if started_here:
             ray.shutdown()
@@ -205,6 +242,10 @@ def main(argv=None):
     ``--executor ray`` sends the same runs to a Ray cluster instead (``RAY_ADDRESS`` names it;
     without it Ray starts a local one), one task per run with ``--workers`` tasks' worth of CPUs
     shared out as on the pool. The run directories must be on storage every node sees.
+
+    A ``SweepRun`` with ``processes=N`` is trained data-parallel by N processes under torchrun on one
+    machine (``train_under_torchrun``): on the pool it takes N of the ``--workers`` slots, on Ray one
+    task with N runs' worth of CPUs, which launches torchrun on its node.
 
     A sweep that sets ``TUNING`` chooses each arm's learning rate on validation first: its search
     runs go to ``DIR/tune/`` and the choice to ``DIR/chosen_rates.json`` (``experiments.tuning``). A

@@ -15,13 +15,15 @@ class SweepRun:
 
     ``options`` map field names of the training, task or model config to their values, typed
     (``{"dataset": "ptb_char", "n": 16, "lr": 1e-3}``); ``experiments.training.config.build_config`` splits
-    and validates them.
+    and validates them. ``processes``: how many data-parallel processes train the run (torchrun
+    with ``--nproc_per_node`` of it, ``experiments.sweep``); the global ``batch`` is shared among them.
     """
 
     name: str
     model: str
     task: str = "lm"
     options: dict = field(default_factory=dict)
+    processes: int = 1
 
     def __post_init__(self):
         for label in ("name", "model", "task"):
@@ -34,6 +36,8 @@ class SweepRun:
             if not isinstance(key, str) or not isinstance(value, OPTION_TYPES):
                 raise TypeError(f"{self.name}: option {key!r}={value!r} must be a str key with a bool, int, float, "
                                 "str or None value")
+        if isinstance(self.processes, bool) or not isinstance(self.processes, int) or self.processes < 1:
+            raise TypeError(f"SweepRun.processes must be a positive int, got {self.processes!r}")
 
     def argv(self):
         """The ``python -m experiments.train`` arguments of this run (without ``--run-dir``)."""

@@ -217,3 +217,17 @@ def test_quick_precision_benchmark_writes_speed_bits_and_drift_rows_for_every_mo
     (drift,) = [r for r in rows if "state drift" in r["name"]]
     assert drift["within_tolerance"] and 0 < drift["drift"]["bf16"] <= drift["tolerance"]
     assert all(r["ratio"] > 0 for r in rows if "tokens/s" in r["name"])
+
+
+@pytest.mark.slow
+def test_quick_data_parallel_benchmark_writes_the_two_rank_rows(tmp_path):
+    from experiments.bench import data_parallel
+
+    assert data_parallel.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "data_parallel_quick.json").read_text())["rows"]
+    assert len(rows) == 2 * len(data_parallel.MODELS)
+    for result in rows:
+        rates = result["tokens_per_second"]
+        assert set(rates) == {"1 process", "1 process, 1 thread", "2 ranks, 1 thread each"}
+        single = "1 process, 1 thread" if result["name"].split(" / ")[1].startswith("1 process, 1 thread") else "1 process"
+        assert result["ratio"] == pytest.approx(rates["2 ranks, 1 thread each"] / rates[single])

@@ -664,3 +664,35 @@ def test_threads_per_run_default_to_the_cores_shared_out_and_take_the_given_coun
     assert seen == [(2, 4), (2, 1)]
     with pytest.raises(SystemExit):
         experiments.sweep.main([str(sweep), "--out", str(tmp_path / "c"), "--threads", "0"])
+
+
+DATA_PARALLEL_SWEEP = '''
+from experiments.sweep_run import SweepRun
+
+SMALL = {"dataset": "tinyshakespeare", "group": "O", "n": 8, "steps": 10, "batch": 8, "length": 32, "eval_every": 10,
+         "eval_tokens": 512}
+RUNS = [SweepRun("two-processes", "group_rnn", "lm", SMALL, processes=2),
+        SweepRun("odd-batch", "group_rnn", "lm", {**SMALL, "batch": 3}, processes=2)]
+'''
+
+
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_a_sweep_run_of_two_processes_trains_under_torchrun_what_one_process_trains(tmp_path, executor):
+    """A SweepRun with processes=2 on the pool and on a local Ray: two gloo ranks, world_size 2 in
+    config.json, the single-process bits within 1e-4; a batch the ranks cannot share is refused."""
+    from experiments.training import loop
+    from experiments.training.config import build_config
+
+    sweep = tmp_path / "dp.py"
+    sweep.write_text(DATA_PARALLEL_SWEEP)
+    status = run_sweep(sweep, tmp_path / "runs", workers=2, executor=executor, threads=1)
+    assert status["two-processes"]["status"] == "done", status
+    assert status["odd-batch"]["status"] == "failed" and "does not split" in status["odd-batch"]["error"]
+    directory = tmp_path / "runs" / "two-processes"
+    assert json.loads((directory / "config.json").read_text())["world_size"] == 2
+    two = json.loads((directory / "final.json").read_text())
+    single = loop.run(build_config("group_rnn", "lm", {"dataset": "tinyshakespeare", "group": "O", "n": 8, "steps": 10,
+                                                       "batch": 8, "length": 32, "eval_every": 10, "eval_tokens": 512}),
+                      tmp_path / "one")
+    for key in ("valid_bits", "test_bits_per_token"):
+        assert two[key] == pytest.approx(single[key], rel=1e-4), key
