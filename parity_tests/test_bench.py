@@ -1,5 +1,6 @@
 """The benchmark suite runs end to end (no timing is asserted: ratios are for the report)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -73,6 +74,23 @@ def test_quick_scaling_curves_write_json_and_png(tmp_path):
         for group in scaling.GROUPS:
             assert all(point["tokens_per_s"] > 0 for point in record["curves"][axis][group])
     assert (tmp_path / "scaling_quick.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("recurrent", [True, False])
+def test_the_rebuilding_mode_holds_the_drive_and_one_state_in_every_k_for_the_backward(recurrent):
+    """``held`` of keep_state_every = k is the closed form T·B·dim g (the drive c_t) plus (T/k + 1)·B·n²
+    (the kept states) float32 numbers; keeping every state holds at least the T·B·n² of the states."""
+    from experiments.bench import memory
+
+    threads, length = torch.get_num_threads(), 128
+    batch, n, k = memory.BATCH, memory.CONFIG.n, memory.KEEP_STATE_EVERY
+    try:
+        rebuilt = memory.measure(dataclasses.replace(memory.CONFIG, recurrent=recurrent, keep_state_every=k), length)
+        every = memory.measure(dataclasses.replace(memory.CONFIG, recurrent=recurrent), length)
+    finally:
+        torch.set_num_threads(threads)
+    assert rebuilt["held"] == 4 * (length * batch * n * (n - 1) // 2 + (length // k + 1) * batch * n * n)
+    assert every["held"] >= 4 * length * batch * n * n
 
 
 @pytest.mark.slow

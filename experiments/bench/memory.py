@@ -5,12 +5,13 @@ and the mLSTM with and without ``--checkpoint-activations`` (``ACTIVATION_MODELS
 
     python -m experiments.bench.memory [--quick] [--out DIR]   # -> DIR/memory.json (default runs/bench)
 
-Each measurement runs in a fresh process on one CPU thread and reads Linux's /proc/self/status,
-relative to the resident size after a short warm-up. For the cell (O(16), batch 8, loss Σ_t ‖H_t‖²):
-``held``, what the forward pass leaves for the backward beyond its output (the states), and
-``peak``, the high-water mark of the pass (its output, the output's and the input's gradients are
-O(T) whatever the mode); for a training step (cross-entropy on random tokens) its ``peak``. The
-gradient error is max |g₃₂ − g₆₄| / max |g₆₄| over all parameters, float64 keeping every state.
+Each measurement runs in a fresh process on one CPU thread. For the cell (O(16), batch 8, loss
+Σ_t ‖H_t‖²): ``held``, the bytes of the tensors autograd saves for the backward, counted once per
+storage and without the parameters, the input and the output (the allocator's cache does not enter
+it), and ``peak``, the high-water mark of the pass in Linux's /proc/self/status over the resident size
+after a short warm-up (its output and the gradients are O(T) whatever the mode); for a training step
+(cross-entropy on random tokens) its ``peak``. The gradient error is max |g₃₂ − g₆₄| / max |g₆₄|
+over all parameters, float64 keeping every state.
 """
 
 from __future__ import annotations
@@ -39,8 +40,14 @@ MODES = {"loop": {"recurrence": "loop"}, "fused": {},
 
 def _resident():
     """(current, peak) resident bytes of this process."""
-    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    with open("/proc/self/status") as status:
+        fields = dict(line.split(":", 1) for line in status)
     return tuple(int(fields[key].split()[0]) * 1024 for key in ("VmRSS", "VmHWM"))
+
+
+def _storage(tensor):
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
 
 
 def measure(config, length, seed=0):
@@ -51,12 +58,20 @@ def measure(config, length, seed=0):
                            requires_grad=True)
     initial = model.cell.initial_state.expand(BATCH, -1, -1)
     model.cell(embedded[:, :8], initial).square().sum().backward()  # warm-up: kernels, allocator
+    saved = set()
+
+    def keep(tensor):
+        saved.add(_storage(tensor))
+        return tensor
+
     before, _ = _resident()
-    states = model.cell(embedded, initial)
-    after_forward, _ = _resident()
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        states = model.cell(embedded, initial)
+    outside = {_storage(tensor) for tensor in (embedded, initial, states, *model.parameters())}
+    held = sum(size for _, size in saved - outside)
     states.square().sum().backward()
     _, peak = _resident()
-    return {"held": after_forward - before - states.numel() * states.element_size(), "peak": peak - before}
+    return {"held": held, "peak": peak - before}
 
 
 ACTIVATION_BATCH = 2
