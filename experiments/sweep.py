@@ -11,7 +11,6 @@ import multiprocessing.connection
 import os
 import signal
 import subprocess
-import sys
 import traceback
 from pathlib import Path
 
@@ -22,14 +21,12 @@ from experiments.cli import CommandParser
 from experiments.sweep_run import arm_of
 from experiments.sweeps import PRESETS, load_sweep
 from experiments.training.config import build_config
+from experiments.training.launch import ROOT, child_environment, torchrun_command
 from experiments.training.loop import run as run_training
 
 
 def _set_threads(count):
     torch.set_num_threads(count)
-
-
-ROOT = Path(__file__).resolve().parents[1]  # the checkout whose experiments.train a torchrun launch runs
 
 
 def execute(run, directory, threads=None):
@@ -62,14 +59,8 @@ def train_under_torchrun(run, directory, threads=None):
     Raises:
         RuntimeError: torchrun ended with an error (its exit code; the ranks' tracebacks are in the output).
     """
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environment.get("PYTHONPATH")])])
-    if threads is not None:
-        environment["OMP_NUM_THREADS"] = str(threads)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={run.processes}",
-               "-m", "experiments.train", "--", *run.argv(), "--run-dir", str(directory)]
-    code = subprocess.run(command, cwd=ROOT, env=environment).returncode
+    command = torchrun_command(run.processes, "-m", "experiments.train", "--", *run.argv(), "--run-dir", str(directory))
+    code = subprocess.run(command, cwd=ROOT, env=child_environment(threads)).returncode
     if code:
         raise RuntimeError(f"torchrun with {run.processes} processes exited with code {code} "
                            "(each rank's traceback is in the sweep's output)")

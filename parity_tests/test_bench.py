@@ -8,6 +8,7 @@ import torch
 
 from experiments.bench.__main__ import main
 from experiments.bench.timing import alternate, row
+from experiments.provenance import git_revision
 from experiments.training import cuda_graphs
 from parity_tests.test_captured_step import Graphs, capturable_anywhere  # noqa: F401 (a fixture)
 from reference.config import GROUP_NAMES, GroupRNNConfig
@@ -33,7 +34,7 @@ def test_one_suite_per_thread_count(tmp_path):
     assert torch.get_num_threads() == threads
     for count in (1, 2):
         record = json.loads((tmp_path / f"bench_quick_threads{count}.json").read_text())
-        assert record["machine"]["threads"] == count
+        assert record["machine"]["threads"] == count and record["revision"] == git_revision()
         assert record["rows"] and all(r["met"] is None and r["ratio"] > 0 for r in record["rows"])
 
 

@@ -5,24 +5,20 @@ group-valued parameters stay the same bits on every rank and on their group."""
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from experiments.training import distributed, loop
 from experiments.training.config import build_config
+from experiments.training.launch import ROOT, TORCHRUN_VARIABLES, child_environment, torchrun_command
 
-ROOT = Path(__file__).resolve().parents[1]
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 ARGS = ["--model", "group_rnn", "--dataset", "tinyshakespeare", "--group", "O", "--n", "8", "--steps", "30",
         "--batch", "8", "--eval_every", "30"]
 
 
 def _torchrun(*command):
-    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE")}
-    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environment.get("PYTHONPATH")])])
-    done = subprocess.run([*TORCHRUN, *command], cwd=ROOT, env=environment, capture_output=True, text=True,
+    environment = {**child_environment(), "PYTHONFAULTHANDLER": "1"}  # a rank that aborts prints its Python stacks
+    done = subprocess.run(torchrun_command(2, *command), cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -213,3 +209,43 @@ def test_each_rank_takes_its_own_rows_of_the_global_batch(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
     assert torch.equal(distributed.rows(batch), batch)
+
+
+def test_a_child_training_process_starts_its_own_world_and_imports_this_checkout(monkeypatch):
+    """``child_environment``: no torchrun variable of a rank that launches it, this checkout first on
+    PYTHONPATH, the threads asked for; ``torchrun_command`` runs torch's launcher standalone."""
+    for key in TORCHRUN_VARIABLES:
+        monkeypatch.setenv(key, "1")
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    environment = child_environment(threads=3)
+    assert not set(TORCHRUN_VARIABLES) & set(environment)
+    assert environment["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "elsewhere"]
+    assert environment["OMP_NUM_THREADS"] == "3"
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert "OMP_NUM_THREADS" not in child_environment()
+    assert torchrun_command(2, "-m", "x")[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                                  "-m", "x"]
+
+
+def test_leaving_the_process_group_first_frees_the_ddp_wrappers_that_finished_runs_left(tmp_path):
+    """A run's DDP wrapper outlives it in a reference cycle; ``stop`` collects it before the group is
+    destroyed, so it is not freed in the interpreter's finalization (where gloo's work can abort)."""
+    import gc
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    def wrappers():
+        return sum(type(thing) is DistributedDataParallel for thing in gc.get_objects())
+
+    gc.disable()  # only stop's collection may free it
+    try:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # a world of one, in this process
+        loop.run(build_config("lstm", "lm", {**SMALL, "steps": 2, "eval_every": 2, "hidden_size": 8}), tmp_path / "run")
+        assert wrappers() == 1
+        distributed.stop()
+        assert wrappers() == 0 and not dist.is_initialized()
+    finally:
+        gc.enable()
+        if dist.is_initialized():
+            dist.destroy_process_group()

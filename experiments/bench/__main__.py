@@ -9,14 +9,13 @@ with ``--quick``, small shapes for a smoke test). ``--threads 1 2`` runs the who
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import torch
 
 from experiments.bench import exp, group_rnn, group_transformer, mlstm
-from experiments.bench.timing import machine_record
+from experiments.bench.timing import save_record
 from experiments.cli import CommandParser
 
 BENCHMARKS = {"exp": exp.run, "group_rnn": group_rnn.run, "group_transformer": group_transformer.run,
@@ -63,14 +62,10 @@ def run_suite(args, device, threads):
             verdict = "info" if result["met"] is None else ("met " if result["met"] else "MISS")
             target = "information" if result["target"] is None else f"target {result['op']} {result['target']:g}"
             print(f"{verdict} {result['ratio']:8.2f} ({target})  {result['name']}", flush=True)
-    record = {"quick": args.quick, "seconds": time.perf_counter() - start,
-              "machine": machine_record(device),
-              "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = "bench_quick" if args.quick else "bench"
     stem += "_cuda" if device.type == "cuda" else ""
     path = args.out / (stem + (f"_threads{threads}" if threads is not None else "") + ".json")
-    path.write_text(json.dumps(record, indent=2))
+    save_record(path, {"quick": args.quick, "seconds": time.perf_counter() - start, "rows": rows}, device)
     print(f"saved {path}")
 
 

@@ -11,13 +11,12 @@ library path: the fixed s makes it exact only for the batch it was chosen for.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import torch
 
-from experiments.bench.timing import alternate, machine_record
+from experiments.bench.timing import alternate, save_record
 from experiments.cli import CommandParser
 from manifold_impl.groups import get_group
 from manifold_impl.linalg import _THETA, _coefficients, _norms, expm
@@ -77,10 +76,8 @@ def main(argv=None):
                         help="the directory of the results (the committed ones: experiments/results/bench)")
     args = parser.parse_args(argv)
     rows = run(sizes=(4,), repeats=2) if args.quick else run()
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / ("compile_probe_quick.json" if args.quick else "compile_probe.json")
-    path.write_text(json.dumps({"machine": machine_record(), "quick": args.quick, "rows": rows}, indent=2))
+    path = save_record(args.out / ("compile_probe_quick.json" if args.quick else "compile_probe.json"),
+                       {"quick": args.quick, "rows": rows})
     print(f"saved {path}")
     return 0
 

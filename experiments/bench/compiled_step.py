@@ -10,14 +10,13 @@ seconds are reported). Saves ``--out``/``compiled_step.json`` (``compiled_step_q
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import torch
 
 from experiments.bench.group_rnn import matched_contenders
-from experiments.bench.timing import alternate, machine_record, row
+from experiments.bench.timing import alternate, row, save_record
 from experiments.cli import CommandParser
 from manifold_impl.group_rnn import GroupRNN
 from manifold_impl.losses import cross_entropy
@@ -87,10 +86,8 @@ def main(argv=None):
     for result in rows:
         verdict = "info" if result["met"] is None else ("met " if result["met"] else "MISS")
         print(f"{verdict} {result['ratio']:8.2f}  {result['name']}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / ("compiled_step_quick.json" if args.quick else "compiled_step.json")
-    path.write_text(json.dumps({"machine": machine_record(), "quick": args.quick,
-                                "seconds": time.perf_counter() - start, "rows": rows}, indent=2))
+    path = save_record(args.out / ("compiled_step_quick.json" if args.quick else "compiled_step.json"),
+                       {"quick": args.quick, "seconds": time.perf_counter() - start, "rows": rows})
     print(f"saved {path}")
     return 0
 

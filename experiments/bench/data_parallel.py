@@ -13,18 +13,17 @@ devices. Saves ``--out``/``data_parallel.json`` (``_quick`` with ``--quick``: 4 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from experiments.bench.timing import machine_record, row
+from experiments.bench.timing import row, save_record
 from experiments.cli import CommandParser
+from experiments.training.launch import ROOT, child_environment, torchrun_command
 from experiments.sweep_run import option_argv
 
-ROOT = Path(__file__).resolve().parents[2]
 MODELS = {"group RNN O(16)": ("group_rnn", {"group": "O", "n": 16, "embedding_dim": 64}),
           "LSTM": ("lstm", {"hidden_size": 96})}
 
@@ -32,15 +31,9 @@ MODELS = {"group RNN O(16)": ("group_rnn", {"group": "O", "n": 16, "embedding_di
 def tokens_per_second(model, options, directory, processes, threads):
     """The ``tokens_per_second`` of ``final.json`` of one run trained by ``processes`` processes with
     ``threads`` torch threads each (None: torch's default)."""
-    environment = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE")}
-    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environment.get("PYTHONPATH")])])
-    if threads is not None:
-        environment["OMP_NUM_THREADS"] = str(threads)
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-                if processes > 1 else [sys.executable])
-    command = [*launcher, "-m", "experiments.train", "--", "--model", model, *option_argv(options),
-               "--run-dir", str(directory)]
-    subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True)
+    target = ["-m", "experiments.train", "--", "--model", model, *option_argv(options), "--run-dir", str(directory)]
+    command = torchrun_command(processes, *target) if processes > 1 else [sys.executable, *target]
+    subprocess.run(command, cwd=ROOT, env=child_environment(threads), check=True, capture_output=True)
     return json.loads((directory / "final.json").read_text())["tokens_per_second"]
 
 
@@ -70,10 +63,8 @@ def main(argv=None):
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         rows = run(args.quick, Path(scratch))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / ("data_parallel_quick.json" if args.quick else "data_parallel.json")
-    path.write_text(json.dumps({"machine": machine_record(), "quick": args.quick,
-                                "seconds": time.perf_counter() - start, "rows": rows}, indent=2))
+    path = save_record(args.out / ("data_parallel_quick.json" if args.quick else "data_parallel.json"),
+                       {"quick": args.quick, "seconds": time.perf_counter() - start, "rows": rows})
     print(f"saved {path}")
     return 0
 

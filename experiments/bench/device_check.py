@@ -16,7 +16,6 @@ and prints a short table last (``--parity``: a file of ``label pass|FAIL`` lines
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 import warnings
@@ -27,7 +26,7 @@ import torch
 from experiments.training import loop
 from experiments.bench.compiled_step import compiled_step
 from experiments.bench.group_rnn import lstm_matched_cases, matched_contenders
-from experiments.bench.timing import alternate, machine_record
+from experiments.bench.timing import alternate, save_record
 from experiments.cli import CommandParser
 from experiments.training import cuda_graphs, optim
 from experiments.training.config import TrainConfig, build_config
@@ -268,16 +267,15 @@ def main(argv=None):
     if args.parity is not None and not args.parity.is_file():
         parser.error(f"--parity {args.parity}: no such file")
     start = time.perf_counter()
-    record = {"machine": machine_record(device), "quick": args.quick}
+    record = {"quick": args.quick}
     if args.parity is not None:
         passed, total, failed = parity_summary(args.parity)
         record["parity"] = {"passed": passed, "total": total, "failed": failed}
-    args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / ("device_check_quick.json" if args.quick else "device_check.json")
 
     def save():  # after every measurement: a run stopped at its time limit keeps what it measured
         record["seconds"] = time.perf_counter() - start
-        path.write_text(json.dumps(record, indent=2))
+        save_record(path, record, device)
 
     record["syncs"] = [syncs_of_a_training_step(group, device, args.quick) for group in GROUP_NAMES]
     save()

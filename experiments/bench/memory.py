@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.bench.timing import machine_record
+from experiments.bench.timing import save_record
 from experiments.cli import CommandParser
 from experiments.models import MODEL_CONFIGS, build_model, checkpoint_activations
 from manifold_impl.losses import cross_entropy
@@ -182,11 +182,8 @@ def main(argv=None):
         _child(mode, int(length), recurrent == "True")
     else:
         rows = run(args.quick)
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / ("memory_quick.json" if args.quick else "memory.json")
-        record = {"config": dataclasses.asdict(CONFIG), "batch": BATCH, "machine": machine_record(torch.device("cpu")),
-                  "rows": rows}
-        path.write_text(json.dumps(record, indent=2))
+        path = save_record(args.out / ("memory_quick.json" if args.quick else "memory.json"),
+                           {"config": dataclasses.asdict(CONFIG), "batch": BATCH, "rows": rows})
         print(f"saved {path}")
 
 

@@ -16,14 +16,13 @@ Saves ``--out``/``precision.json`` (``precision_quick.json`` with ``--quick``: 2
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from experiments.bench.timing import alternate, machine_record, row
+from experiments.bench.timing import alternate, row, save_record
 from experiments.cli import CommandParser
 from experiments.studies.drift.curves import drift_curve
 from experiments.training import loop
@@ -112,10 +111,8 @@ def main(argv=None):
         rows = [*speed_rows(args.quick, root / "speed"), *bits_rows(args.quick, root / "bits"), *drift_rows(args.quick)]
     for result in rows:
         print(f"info {result['ratio']:8.3g}  {result['name']}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / ("precision_quick.json" if args.quick else "precision.json")
-    path.write_text(json.dumps({"machine": machine_record(), "quick": args.quick,
-                                "seconds": time.perf_counter() - start, "rows": rows}, indent=2))
+    path = save_record(args.out / ("precision_quick.json" if args.quick else "precision.json"),
+                       {"quick": args.quick, "seconds": time.perf_counter() - start, "rows": rows})
     print(f"saved {path}")
     return 0
 

@@ -9,7 +9,6 @@ ones are in ``experiments/results/bench``).
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from experiments.bench.group_rnn import training_step
+from experiments.bench.timing import save_record
 from experiments.cli import CommandParser
 from manifold_impl.group_rnn import GroupRNN
 from reference.config import GroupRNNConfig
@@ -84,9 +84,8 @@ def main(argv=None):
                         help="the directory of the results (the committed ones: experiments/results/bench)")
     args = parser.parse_args(argv)
     record = measure(args.quick)
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = "scaling_quick" if args.quick else "scaling"
-    (args.out / f"{stem}.json").write_text(json.dumps(record, indent=2))
+    save_record(args.out / f"{stem}.json", record)
     plot(record, args.out / f"{stem}.png")
     for axis, key in (("length", "length"), ("n", "n")):
         for group in GROUPS:

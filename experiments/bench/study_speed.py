@@ -13,7 +13,6 @@ on it, and a small one keeps every arm finite for the whole measurement. Never a
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.bench.timing import machine_record
+from experiments.bench.timing import save_record
 from experiments.cli import CommandParser
 from experiments.sweeps import PRESETS, load_sweep
 from experiments.training.loop import Run
@@ -73,9 +72,8 @@ def main(argv=None):
     speeds = measure(loaded.runs, args.seconds, args.rounds)
     for arm, speed in speeds.items():
         print(f"{arm:>20} {speed['tokens_per_second']:10,.0f} tokens/s  {speed['ratio_to_first']:.3f}× {next(iter(speeds))}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"sweep": loaded.source, "seconds": args.seconds, "rounds": args.rounds,
-                               "lr": TIMING_LR, "machine": machine_record(), "arms": speeds}, indent=2))
+    save_record(out, {"sweep": loaded.source, "seconds": args.seconds, "rounds": args.rounds, "lr": TIMING_LR,
+                      "arms": speeds})
     return 0
 
 

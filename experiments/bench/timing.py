@@ -1,11 +1,16 @@
-"""Timing helpers: contenders run in one process, alternating, after a warm-up; medians compared."""
+"""Timing helpers: contenders run in one process, alternating, after a warm-up; medians compared. And
+the JSON record every benchmark saves, with the machine and the revision it was measured on."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
 import time
+from pathlib import Path
+
+from experiments.provenance import git_revision
 
 
 def alternate(contenders, repeats=5, warmup=1, device="cpu"):
@@ -76,3 +81,12 @@ def machine_record(device="cpu"):
     if torch.device(device).type == "cuda":
         record["gpu"] = torch.cuda.get_device_name(device)
     return record
+
+
+def save_record(path, record, device="cpu"):
+    """Write ``record`` after ``machine`` (``machine_record(device)``) and ``revision`` (this
+    checkout's HEAD) to the JSON file ``path``, making its directory; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": machine_record(device), "revision": git_revision(), **record}, indent=2))
+    return path

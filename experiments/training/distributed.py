@@ -10,6 +10,7 @@ torchrun is a world of one, and every function here is then a no-op, so that pat
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 
 import torch
@@ -58,8 +59,11 @@ def start(device):
 
 def stop():
     """Leave the process group, once every rank is done with it (a process that exits with the group
-    alive can abort in gloo's teardown)."""
+    alive can abort in gloo's teardown). The DDP wrappers of finished runs, kept alive by their own
+    reference cycles, are collected first: freed in the interpreter's finalization, the gloo work
+    their reducers hold can abort the process after it wrote its results."""
     if dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
 
