@@ -6,7 +6,8 @@
 # unpacked where it has no pip) that goes on PYTHONPATH with the repository. It prints the Python, torch and CUDA versions first, then checks
 # parity of the torch tree on CUDA against the reference in float32 and float64 for every model (a
 # failing check is recorded and the rest still run), trains a few steps under torchrun in a world of
-# one (DDP over NCCL; gloo in the rehearsal), then runs `experiments.bench.device_check`:
+# one (DDP over NCCL; gloo in the rehearsal) and a few steps under fp16 and bf16 autocast (bf16 only
+# in the rehearsal), then runs `experiments.bench.device_check`:
 # host syncs of a training step per group, captured optimizer and training steps (train
 # --cuda-graphs) against eager ones, and training tokens/s against cuDNN's LSTM (eager, compiled,
 # CUDA graphs), its JSON written after each measurement. Everything lands under $OUT (default
@@ -81,6 +82,19 @@ if timeout 300 $PY -m torch.distributed.run --standalone --nproc_per_node=1 -m e
 else
   echo "ddp-$backend-world1 FAIL" >> "$OUT/parity.txt"; status=1
 fi
+# a few training steps under autocast: fp16 with its grad scaler on CUDA only (refused on the CPU),
+# bf16 on both; each passes if it ends with a finite training loss and its state on the group
+for precision in $([[ $DEVICE == cuda ]] && echo fp16 bf16 || echo bf16); do
+  if timeout 300 $PY -m experiments.train --model group_rnn --task recall --vocab-size 24 --length 16 --group O --n 4 \
+      --steps 4 --batch 4 --eval-every 4 --valid-sequences 8 --precision "$precision" --device "$DEVICE" \
+      --run-dir "$OUT/precision_$precision" > "$OUT/precision_$precision.log" 2>&1 \
+      && $PY -c "import json, math, sys; last = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+sys.exit(not (math.isfinite(last['train_loss']) and last['drift'] < 1e-4))" "$OUT/precision_$precision/metrics.jsonl"; then
+    echo "train-$precision pass" >> "$OUT/parity.txt"
+  else
+    echo "train-$precision FAIL" >> "$OUT/parity.txt"; status=1
+  fi
+done
 $PY -m experiments.bench.device_check --device "$DEVICE" "${QUICK[@]}" --out "$OUT" --parity "$OUT/parity.txt" \
   2>&1 | tee "$OUT/device_check.txt" || status=1
 exit $status

@@ -21,6 +21,7 @@ from experiments.analysis import recall as recall_report
 from experiments.analysis.stats import format_interval
 from experiments.cli import CommandParser
 from experiments.sweep_run import arm_of
+from experiments.training.config import RunConfig
 from experiments.tuning import DIVERGED
 
 
@@ -51,7 +52,14 @@ def task_of(runs):
 
 
 def without_seed(config):
-    """A run's config without its seed: what its arm shares."""
+    """A run's config without its seed: what its arm shares. A field its config.json does not record
+    (the run predates it) counts at its default, which the run trained with; the world size is left
+    out (N processes train what one does). A config this library cannot rebuild (of a model or
+    field since renamed) is compared as recorded."""
+    try:
+        config = RunConfig.from_json(config).to_json()
+    except (KeyError, TypeError, ValueError):
+        config = {key: value for key, value in config.items() if key != "world_size"}
     return json.dumps({**config, "train": {k: v for k, v in config["train"].items() if k != "seed"}}, sort_keys=True)
 
 

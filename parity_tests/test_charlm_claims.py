@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from experiments.studies.charlm_v2.claims import CLAIM_3, claims, ngram_bits, paired, probe_shape, reshaped_arm, unigram_bits
+from experiments.analysis.stats import paired
+from experiments.studies.charlm_v2.claims import CLAIM_3, claims, ngram_bits, probe_shape, reshaped_arm, unigram_bits
 
 
 def test_the_unigram_level_is_the_add_one_cross_entropy():

@@ -72,7 +72,8 @@ def test_gpu_check_runs_on_the_cpu_with_only_the_images_packages_and_the_wheels(
     versions = json.loads(result.stdout.splitlines()[0])
     assert versions["torch"] and versions["python"] == ".".join(map(str, sys.version_info[:3]))
     assert (tmp_path / "out" / "parity.txt").read_text().split() == [
-        "group_rnn-U-float32", "pass", "group_transformer-O-float64", "pass", "mlstm-ns-float32", "pass", "ddp-gloo-world1", "pass"]
+        "group_rnn-U-float32", "pass", "group_transformer-O-float64", "pass", "mlstm-ns-float32", "pass", "ddp-gloo-world1", "pass",
+        "train-bf16", "pass"]
     assert json.loads((tmp_path / "out" / "ddp_world1" / "config.json").read_text())["world_size"] == 1
     record = json.loads((tmp_path / "out" / "device_check_quick.json").read_text())
     assert record["machine"]["torch"] == versions["torch"] and "cuda" in record["machine"]

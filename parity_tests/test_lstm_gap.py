@@ -1,9 +1,14 @@
 """The gap study's presets: every arm sized to the budget, searched on the decided grid at the full
-length, and trained on equal tokens with the stated seeds."""
+length, and trained on equal tokens with the stated seeds; its gaps, paired by seed."""
+
+import json
+import math
+
+import scipy.stats
 
 from experiments.params_budget import TOLERANCE, parameter_count
 from experiments.studies.charlm_v2 import recipe
-from experiments.studies.lstm_gap import screen, study
+from experiments.studies.lstm_gap import gaps, screen, study
 from experiments.sweep_run import arm_of
 from experiments.sweeps import load_sweep
 from experiments.training.config import build_config
@@ -55,3 +60,38 @@ def test_the_study_trains_the_screens_mechanisms_at_200k_with_the_v2_recipe_on_a
     assert (leak.n, leak.embedding_dim) == (22, 225)  # the committed best group arm's shape (o_width)
     assert (leak.forget, leak.forget_alpha, leak.recurrence) == ("constant", screen.LEAK_ALPHA, "fused")
     assert {config.train.map_lr for config in by_arm.values()} == {"n_aware"}
+
+
+def _fake_run(directory, model, options, seed, windowed, carried):
+    directory.mkdir(parents=True)
+    config = build_config(model, "lm", {"dataset": "ptb_char", "seed": seed, **options})
+    directory.joinpath("config.json").write_text(json.dumps(config.to_json()))
+    directory.joinpath("final.json").write_text(json.dumps(
+        {"steps": 2000, "best_step": 2000, "test_bits_per_token": windowed, "test_carried_bits_per_token": carried}))
+
+
+def test_the_gaps_pair_each_arm_with_the_lstm_by_seed_and_take_the_plain_arm_from_its_own_folder(tmp_path):
+    """gaps.md's rows against a hand computation: the mean of the per-seed differences and its
+    t-interval (scipy's quantile); a seed the LSTM lacks is not paired."""
+    lstm, leak, plain = [1.70, 1.80, 1.75], [1.90, 2.10, 1.95], [2.30, 2.40]
+    for seed, (a, b) in enumerate(zip(lstm, leak)):
+        _fake_run(tmp_path / "study" / f"lstm-seed{seed}", "lstm", {"hidden_size": 8}, seed, a, a + 0.01)
+        _fake_run(tmp_path / "study" / f"rnn-O22-leak-seed{seed}", "group_rnn", {"group": "O", "n": 4}, seed, b, b)
+    for seed, value in enumerate(plain):
+        _fake_run(tmp_path / "plain" / f"{gaps.PLAIN_RUN}-seed{seed}", "group_rnn", {"group": "O", "n": 3}, seed,
+                  value, value)
+    _fake_run(tmp_path / "plain" / "another-seed0", "group_rnn", {"group": "O", "n": 5}, 0, 9.0, 9.0)
+    assert gaps.main(["--study", str(tmp_path / "study"), "--plain", str(tmp_path / "plain")]) == 0
+    rows = {row["arm"]: row for row in json.loads((tmp_path / "study" / "gaps.json").read_text())}
+    assert set(rows) == {"lstm", "rnn-O22-leak", gaps.PLAIN_ARM}
+    differences = [b - a for a, b in zip(lstm, leak)]
+    mean = sum(differences) / 3
+    half = scipy.stats.t.ppf(0.975, 2) * math.sqrt(sum((d - mean) ** 2 for d in differences) / 2) / math.sqrt(3)
+    gap = rows["rnn-O22-leak"]["windowed_gap"]
+    assert gap["seeds"] == [0, 1, 2] and math.isclose(gap["difference"], mean) and math.isclose(gap["half_width"], half)
+    carried = rows["rnn-O22-leak"]["carried_gap"]
+    assert math.isclose(carried["difference"], mean - 0.01)
+    assert rows[gaps.PLAIN_ARM]["windowed_gap"]["seeds"] == [0, 1]
+    assert math.isclose(rows[gaps.PLAIN_ARM]["windowed_gap"]["difference"], (2.30 - 1.70 + 2.40 - 1.80) / 2)
+    assert rows["lstm"]["windowed_gap"] is None
+    assert f"+{mean:.3f} ± {half:.3f} (3 seeds)" in (tmp_path / "study" / "gaps.md").read_text()

@@ -183,7 +183,8 @@ def test_a_task_without_its_own_report_gets_every_final_metric_over_seeds(tmp_pa
         run = tmp_path / f"words-S5-seed{seed}"
         run.mkdir()
         run.joinpath("config.json").write_text(json.dumps(
-            {"train": {"model": "lstm", "task": "words", "seed": seed}, "task": {"group": "S5"}, "model": {}}))
+            {"train": {"model": "lstm", "task": "words", "seed": seed}, "task": {"word_group": "S5"},
+             "model": {"vocab_size": 10, "hidden_size": 4}}))
         run.joinpath("final.json").write_text(json.dumps({"steps": 4, "test_accuracy@128": accuracy,
                                                           "parameters": 100, "test_split": "test"}))
         run.joinpath("metrics.jsonl").write_text(json.dumps({"step": 4, "valid_accuracy@64": accuracy}) + "\n")
@@ -627,6 +628,21 @@ def test_a_run_with_the_seed_and_configuration_of_another_is_a_duplicate_not_a_s
         in markdown
     _tiny_lstm_run(sweep / "lstm-seed1", seed=1)
     assert "| lstm | 2 |" in report(sweep)
+
+
+def test_a_run_recorded_before_a_field_existed_is_a_seed_of_the_arm_that_records_it_at_its_default(tmp_path):
+    """A config.json without a field (and without world_size) trained at the field's default: its run
+    is another seed of the same arm, not an arm of its own; a field off its default still splits."""
+    sweep = tmp_path / "sweep"
+    _tiny_lstm_run(sweep / "lstm-seed0")
+    _tiny_lstm_run(sweep / "lstm-seed1", seed=1)
+    recorded = json.loads((sweep / "lstm-seed1" / "config.json").read_text())
+    del recorded["train"]["precision"], recorded["train"]["checkpoint_activations"], recorded["world_size"]
+    (sweep / "lstm-seed1" / "config.json").write_text(json.dumps(recorded))
+    assert "| lstm | 2 |" in report(sweep)
+    recorded["train"]["precision"] = "bf16"
+    (sweep / "lstm-seed1" / "config.json").write_text(json.dumps(recorded))
+    assert "| lstm | 1 |" in report(sweep)
 
 
 def test_a_resumed_runs_train_time_sums_its_parts_and_the_report_says_it_was_resumed(tmp_path):

@@ -1,4 +1,5 @@
-"""Summary statistics for results over seeds (t-distribution confidence intervals)."""
+"""Summary statistics for results over seeds (t-distribution confidence intervals), and arms compared
+seed by seed."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import math
 
 import numpy as np
 import scipy.stats
+
+TEST_SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}  # a language
+# model run's test bits per character in final.json: windowed, and with the state carried across the split
 
 
 def mean_ci(values, confidence=0.95):
@@ -45,3 +49,23 @@ def format_interval(values, digits=4, unit="run"):
     mean, half = mean_ci(finite)
     text = f"{mean:.{digits}f} ± {half:.{digits}f}" if np.isfinite(half) else f"{mean:.{digits}f} (one {unit})"
     return text + (f"; {diverged}/{len(values)} diverged" if diverged else "")
+
+
+def _seed_scores(runs, key):
+    scores = {run["config"]["train"]["seed"]: run["final"].get(key) for run in runs}
+    return {seed: score for seed, score in scores.items() if score is not None and math.isfinite(score)}
+
+
+def paired(arms, first, second, key):
+    """The seed-paired comparison ``first − second`` of ``key`` (a final.json score), or None when
+    the arms share no seed with finite scores: ``{"seeds", "difference", "half_width",
+    "relative_percent", "relative_half_width"}`` (half-widths NaN for one seed)."""
+    a, b = (_seed_scores(arms.get(arm, []), key) for arm in (first, second))
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return None
+    x, y = np.array([a[s] for s in seeds]), np.array([b[s] for s in seeds])
+    difference, half = mean_ci(x - y)
+    relative, relative_half = mean_ci(100 * (x - y) / y)
+    return {"seeds": seeds, "difference": difference, "half_width": half, "relative_percent": relative,
+            "relative_half_width": relative_half}

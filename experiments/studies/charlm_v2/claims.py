@@ -22,7 +22,7 @@ from experiments.cli import CommandParser
 from experiments.data import load_dataset
 from experiments.analysis.plotting import plt
 from experiments.report import NOT_CONVERGED, best_steps, learning_rates, load_runs, plot_seeds
-from experiments.analysis.stats import mean_ci
+from experiments.analysis.stats import TEST_SCORES, paired
 
 DEFAULT_DIR = Path("experiments/results/charlm_v2")
 DATASET_FOLDERS = {"tinyshakespeare": "Tiny Shakespeare", "ptb_char": "Penn Treebank characters"}
@@ -37,7 +37,6 @@ COMPARISONS = (  # (what it tests, arm a, arm b): a − b
     (CLAIM_3, "rnn-O-mix-scalar", "rnn-O-naware"),
     ("the n-aware map rates", "rnn-O-naware", "rnn-O"),
     ("the O shape: n = 16, wide embedding", "rnn-O16-naware", "rnn-O-naware"))
-SCORES = {"windowed": "test_bits_per_token", "carried": "test_carried_bits_per_token"}
 PROBES = {"o_width": "the O shape: n and the embedding width", "tb_width": "T and BO with a wider embedding",
           "bound": "T and BO with every step's angles bounded (update_bound; without it: the control)",
           "rate": "a study arm at another rate of the search's grid, trained the full length"}
@@ -129,32 +128,12 @@ def ngram_levels(dataset, vocab_size):
     return levels
 
 
-def _seed_scores(runs, key):
-    scores = {run["config"]["train"]["seed"]: run["final"].get(key) for run in runs}
-    return {seed: score for seed, score in scores.items() if score is not None and math.isfinite(score)}
-
-
-def paired(arms, first, second, key):
-    """The seed-paired comparison ``first − second`` of ``key`` (a final.json score), or None when
-    the arms share no seed with finite scores: ``{"seeds", "difference", "half_width",
-    "relative_percent", "relative_half_width"}`` (half-widths NaN for one seed)."""
-    a, b = (_seed_scores(arms.get(arm, []), key) for arm in (first, second))
-    seeds = sorted(set(a) & set(b))
-    if not seeds:
-        return None
-    x, y = np.array([a[s] for s in seeds]), np.array([b[s] for s in seeds])
-    difference, half = mean_ci(x - y)
-    relative, relative_half = mean_ci(100 * (x - y) / y)
-    return {"seeds": seeds, "difference": difference, "half_width": half, "relative_percent": relative,
-            "relative_half_width": relative_half}
-
-
 def comparisons(arms, which=COMPARISONS):
     """Every comparison of ``which`` ((what it tests, arm a, arm b), ...) whose arms both have runs,
     windowed and carried."""
     rows = []
     for claim, first, second in which:
-        scores = {mode: paired(arms, first, second, key) for mode, key in SCORES.items()}
+        scores = {mode: paired(arms, first, second, key) for mode, key in TEST_SCORES.items()}
         if scores["windowed"] is not None:
             rows.append({"claim": claim, "comparison": f"{first} − {second}", **scores})
     return rows
