@@ -8,7 +8,7 @@ import scipy.stats
 
 from experiments.params_budget import TOLERANCE, parameter_count
 from experiments.studies.charlm_v2 import recipe
-from experiments.studies.lstm_gap import gaps, screen, study
+from experiments.studies.lstm_gap import gaps, screen, shakespeare, study
 from experiments.sweep_run import arm_of
 from experiments.sweeps import load_sweep
 from experiments.training.config import build_config
@@ -60,6 +60,31 @@ def test_the_study_trains_the_screens_mechanisms_at_200k_with_the_v2_recipe_on_a
     assert (leak.n, leak.embedding_dim) == (22, 225)  # the committed best group arm's shape (o_width)
     assert (leak.forget, leak.forget_alpha, leak.recurrence) == ("constant", screen.LEAK_ALPHA, "fused")
     assert {config.train.map_lr for config in by_arm.values()} == {"n_aware"}
+
+
+
+def test_the_shakespeare_cell_trains_the_best_group_arm_and_the_lstm_with_the_studys_recipe():
+    """The Penn Treebank cell's arms, shapes, recipe and seeds on Tiny Shakespeare; its search starts from
+    two rates and grows past either edge, so every rate of the decided grid stays reachable."""
+    sweep = load_sweep("lstm-gap-shakespeare")
+    assert sweep.out == "experiments/results/lstm_gap/shakespeare" and sweep.tuning.rates == (1e-3, 3e-3)
+    assert sweep.tuning.extend_edges and sweep.tuning.options == {} and sweep.tuning.seed == 0
+    assert sweep.tuning.stability_margin == study.TUNING.stability_margin
+    assert set(shakespeare.TUNING.rates) < set(screen.RATES)
+    assert sorted(run.name for run in sweep.runs) == sorted(
+        f"{arm}-seed{seed}" for arm in ("lstm", "rnn-O22-leak") for seed in study.SEEDS)
+    ptb = {run.name: run for run in load_sweep("lstm-gap-study").runs}
+    for run in sweep.runs:
+        assert run.options["dataset"] == "tinyshakespeare", run.name
+        config = build_config(run.model, run.task, run.options)
+        assert config.model.vocab_size == 65
+        assert abs(parameter_count(config.model) - study.BUDGET) <= TOLERANCE * study.BUDGET, run.name
+        assert {key: run.options[key] for key in study.TRAINING} == study.TRAINING, run.name
+        twin = ptb[run.name].options
+        changed = {key for key in set(twin) | set(run.options) if twin.get(key) != run.options.get(key)}
+        assert changed <= {"dataset", "embedding_dim", "hidden_size"}, run.name  # only the sizing moves
+        if run.model == "group_rnn":
+            assert (config.model.n, config.model.forget, config.model.forget_alpha) == (22, "constant", screen.LEAK_ALPHA)
 
 
 def _fake_run(directory, model, options, seed, windowed, carried):

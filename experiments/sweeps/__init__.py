@@ -25,7 +25,8 @@ PRESETS = {"charlm-ptb": "experiments.studies.charlm_early.charlm_ptb",
            "state-tracking": "experiments.studies.state_tracking.state_tracking",
            "copy": "experiments.studies.state_tracking.copy",
            "lstm-gap-screen": "experiments.studies.lstm_gap.screen",
-           "lstm-gap-study": "experiments.studies.lstm_gap.study"}  # {preset: the module that defines its RUNS}
+           "lstm-gap-study": "experiments.studies.lstm_gap.study",
+           "lstm-gap-shakespeare": "experiments.studies.lstm_gap.shakespeare"}  # {preset: the module that defines its RUNS}
 
 
 class Sweep(NamedTuple):
