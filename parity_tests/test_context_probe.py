@@ -18,7 +18,7 @@ TINY = {"dataset": "tinyshakespeare", "steps": 2, "batch": 2, "length": 16, "eva
 
 @pytest.mark.parametrize("model, options", [("group_rnn", {"group": "O", "n": 4, "embedding_dim": 5}),
                                             ("group_rnn", {"group": "T", "n": 3, "embedding_dim": 5}),
-                                            ("lstm", {"hidden_size": 6})])
+                                            ("lstm", {"hidden_size": 6}), ("exprnn", {"hidden_size": 6})])
 def test_the_probe_reads_the_vector_the_logits_are_affine_in(model, options):
     config = build_config(model, "lm", {**TINY, **options}).model
     network = build_model(config, dtype=torch.float64)

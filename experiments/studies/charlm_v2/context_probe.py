@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from experiments.analysis.plotting import plt
-from experiments.baselines import LSTMLanguageModel
+from experiments.baselines import ExpRNNLanguageModel, LSTMLanguageModel
 from experiments.cli import CommandParser
 from experiments.data import load_dataset
 from experiments.sweep_run import arm_of
@@ -59,10 +59,15 @@ def readout_inputs(model, tokens):
     if isinstance(model, GroupRNN):
         logits, cache = model(tokens)
         return model.group.packed_features(cache.packed_states).double(), logits
-    if isinstance(model, LSTMLanguageModel):
-        hidden, _ = model.lstm(model.embedding(tokens))
-        return hidden.double(), model.head(hidden)
-    raise TypeError(f"the context probe reads group RNNs and LSTMs, not {type(model).__name__}")
+    if isinstance(model, (LSTMLanguageModel, ExpRNNLanguageModel)):  # z_t = h_t, the head's input
+        seen = []
+        hook = model.head.register_forward_hook(lambda head, inputs, output: seen.append(inputs[0]))
+        try:
+            logits, _ = model(tokens)
+        finally:
+            hook.remove()
+        return seen[0].double(), logits
+    raise TypeError(f"the context probe reads group RNNs, LSTMs and expRNNs, not {type(model).__name__}")
 
 
 def probe_accuracy(features, targets, vocab_size, ridge=RIDGE):
@@ -178,7 +183,7 @@ def probe(directories, out, **options):
     vector the model's readout reads, z_t?
 
     - group RNN: z_t = features(H_t) (the readout's input: n² reals for O(n), 2n for T, k·b² for BO);
-    - LSTM: z_t = h_t (the head's input).
+    - LSTM and expRNN: z_t = h_t (the head's input).
 
     For each lag k = 0 … ``LAGS`` − 1 a ridge regression from the standardized z_t onto the one-hot of
     x_{t−k} is fitted on half of ``WINDOWS`` random validation windows (positions t ≥ ``BURN_IN`` of
