@@ -233,6 +233,9 @@ def test_quick_precision_benchmark_writes_speed_bits_and_drift_rows_for_every_mo
         assert sum(r["name"].startswith(f"{name} training tokens/s, bf16 / float32") for r in rows) == 1, name
         (bits,) = [r for r in rows if r["name"].startswith(f"{name} validation bits after 2 steps")]
         assert bits["ratio"] == pytest.approx(bits["valid_bits"]["bf16"] - bits["valid_bits"]["float32"])
+        assert bits["lr"] == precision.MODELS[name][1].get("lr", precision.LR), name
+        assert f"at lr {bits['lr']:g}" in bits["name"], name
+    assert precision.MODELS["group RNN O(16)"][1]["lr"] == 1e-3  # O(16) diverges at the common 3e-3
     (drift,) = [r for r in rows if "state drift" in r["name"]]
     assert drift["within_tolerance"] and 0 < drift["drift"]["bf16"] <= drift["tolerance"]
     assert all(r["ratio"] > 0 for r in rows if "tokens/s" in r["name"])
